@@ -1,0 +1,191 @@
+"""Load every catalog file under a folder and validate the whole catalog at once.
+
+All problems are collected before anything is reported, each located at a file and
+line, so an operator fixes a catalog in one pass rather than one error per run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from llmgw.catalog.schema import CatalogFile, Model
+from llmgw.errors import CatalogError, Problem
+from llmgw.yamlio import YamlSyntaxError, line_of, loads_yaml
+
+_LEADING_FIELD = re.compile(r"^([a-z_]+): (.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class Located:
+    """A model and where it was written, for errors raised after loading."""
+
+    model: Model
+    file: str
+    line: int
+    index: int
+
+
+class Catalog:
+    """A validated catalog: models in a stable order, names and aliases resolved."""
+
+    def __init__(self, entries: list[Located]) -> None:
+        self.entries = sorted(entries, key=lambda e: e.model.name)
+        self.models: dict[str, Model] = {e.model.name: e.model for e in self.entries}
+        self._names: dict[str, str] = {}
+        for m in self.models.values():
+            self._names[m.name] = m.name
+            for a in m.aliases:
+                self._names[a] = m.name
+
+    def __iter__(self) -> Iterator[Model]:
+        return iter(self.models.values())
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def resolve(self, name: str) -> Model | None:
+        """A model by its name or one of its aliases."""
+        canonical = self._names.get(name)
+        return self.models[canonical] if canonical else None
+
+    def where(self, name: str) -> Located:
+        return next(e for e in self.entries if e.model.name == name)
+
+
+def catalog_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def _pydantic_problems(exc: ValidationError, doc: Any, rel: str) -> Iterable[Problem]:
+    for err in exc.errors():
+        loc: list[str | int] = list(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        # A validator names the field it objects to first ("max: 1 is below min 2"):
+        # point at that field's line rather than at its parent mapping.
+        m = _LEADING_FIELD.match(msg)
+        if m and err["type"] == "value_error":
+            loc.append(m.group(1))
+            msg = m.group(2)
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key {loc[-1]!r}; check its spelling (the catalog refuses keys it does not know)"
+        elif err["type"] == "missing":
+            msg = f"{loc[-1]!r} is required"
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+        yield Problem(rel, line_of(doc, loc), path, msg)
+
+
+def parse_file(path: Path, rel: str, text: str | None = None) -> tuple[list[Located], list[Problem]]:
+    """One file's models, or its problems; `text` overrides the file's contents (for edits)."""
+    try:
+        raw = path.read_text(encoding="utf-8") if text is None else text
+        doc = loads_yaml(raw, path)
+    except YamlSyntaxError as exc:
+        return [], [Problem(rel, exc.line, "", f"not valid YAML: {exc.problem}")]
+    except OSError as exc:
+        return [], [Problem(rel, 0, "", f"cannot be read: {exc.strerror}")]
+    if doc is None:
+        return [], []
+    if not isinstance(doc, dict):
+        return [], [Problem(rel, line_of(doc, []), "", "expected a mapping with a `models:` list")]
+    try:
+        parsed = CatalogFile.model_validate(doc)
+    except ValidationError as exc:
+        return [], list(_pydantic_problems(exc, doc, rel))
+    located = [Located(m, rel, line_of(doc, ["models", i]), i) for i, m in enumerate(parsed.models)]
+    return located, []
+
+
+def cross_check(entries: list[Located]) -> list[Problem]:
+    """Rules that span files: unique names and aliases, fallbacks that exist and do not loop."""
+    problems: list[Problem] = []
+    owner: dict[str, Located] = {}
+    for e in entries:
+        for kind, name in [("name", e.model.name)] + [("aliases", a) for a in e.model.aliases]:
+            if name in owner:
+                first = owner[name]
+                problems.append(Problem(
+                    e.file, e.line, f"models[{e.index}].{kind}",
+                    f"{name!r} is already used by model {first.model.name!r} at "
+                    f"{first.file}:{first.line}; names and aliases must be unique across the catalog"))
+            else:
+                owner[name] = e
+    canonical = {n: o.model.name for n, o in owner.items()}
+    for e in entries:
+        for j, fb in enumerate(e.model.fallbacks):
+            target = canonical.get(fb)
+            if target is None:
+                problems.append(Problem(
+                    e.file, e.line, f"models[{e.index}].fallbacks[{j}]",
+                    f"{fb!r} is not a model in the catalog; add it or remove the fallback"))
+            elif target == e.model.name:
+                problems.append(Problem(
+                    e.file, e.line, f"models[{e.index}].fallbacks[{j}]",
+                    f"{fb!r} is this model itself; a model cannot fall back to itself"))
+    problems.extend(_cycles(entries, canonical))
+    return problems
+
+
+def _cycles(entries: list[Located], canonical: dict[str, str]) -> list[Problem]:
+    graph = {e.model.name: [canonical[f] for f in e.model.fallbacks
+                            if f in canonical and canonical[f] != e.model.name] for e in entries}
+    by_name = {e.model.name: e for e in entries}
+    reported: set[frozenset[str]] = set()
+    problems: list[Problem] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in graph.get(node, []):
+            if nxt in path:
+                cycle = path[path.index(nxt):]
+                key = frozenset(cycle)
+                if key not in reported:
+                    reported.add(key)
+                    start = by_name[min(cycle)]
+                    i = cycle.index(min(cycle))
+                    ring = cycle[i:] + cycle[:i] + [min(cycle)]
+                    problems.append(Problem(
+                        start.file, start.line, f"models[{start.index}].fallbacks",
+                        f"fallbacks form a loop: {' -> '.join(ring)}; break it by removing one"))
+            elif len(path) < len(graph):
+                visit(nxt, [*path, nxt])
+
+    for name in sorted(graph):
+        visit(name, [name])
+    return problems
+
+
+def load_catalog(folder: Path, *, root: Path | None = None,
+                 override: dict[Path, str | None] | None = None) -> Catalog:
+    """Load and validate the catalog under `folder`; raise CatalogError with every problem.
+
+    `override` maps a file to new text (or None to drop it), so an edit can be
+    validated as a whole catalog before anything is written.
+    """
+    root = root or folder.parent
+    if not folder.is_dir():
+        raise CatalogError([Problem(str(folder), 0, "", "catalog folder does not exist; "
+                                    "create it or set `catalog:` in llmgw.yaml")])
+    files = set(catalog_files(folder))
+    override = {p.resolve(): t for p, t in (override or {}).items()}
+    files = {f.resolve() for f in files} | set(override)
+    entries: list[Located] = []
+    problems: list[Problem] = []
+    for path in sorted(files):
+        if path in override and override[path] is None:
+            continue
+        try:
+            rel = str(path.relative_to(root.resolve()))
+        except ValueError:
+            rel = str(path)
+        located, probs = parse_file(path, rel, override.get(path))
+        entries.extend(located)
+        problems.extend(probs)
+    problems.extend(cross_check(entries))
+    if problems:
+        raise CatalogError(problems)
+    return Catalog(entries)

@@ -1,0 +1,104 @@
+"""A site: the folder an operator commits, holding `llmgw.yaml`, a catalog and an inventory.
+
+`llmgw.yaml` names where everything lives; every path in it is relative to the site
+folder, and every key has a default so an empty file is a valid site.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from llmgw.errors import SiteError
+from llmgw.yamlio import load_yaml
+
+SITE_FILE = "llmgw.yaml"
+
+
+class PortRange(BaseModel):
+    """Ports handed to engine shards; a shard keeps its port across plans."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    start: Annotated[int, Field(ge=1024, le=65535)] = 20000
+    end: Annotated[int, Field(ge=1024, le=65535)] = 20999
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PortRange:
+        if self.end < self.start:
+            raise ValueError(f"end {self.end} is below start {self.start}")
+        return self
+
+
+class SiteConfig(BaseModel):
+    """The contents of `llmgw.yaml`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    catalog: str = "catalog"
+    inventory: str = "inventory"
+    state: str = "state.json"
+    facts: str = "facts"
+    ports: PortRange = PortRange()
+    # Key, quota and usage store: sqlite:///path or postgresql://...; default a SQLite
+    # file beside the state.
+    store: str | None = None
+    # A Prometheus the dashboard may draw charts from (the router keeps no history).
+    prometheus: str | None = None
+    # Where the engine binaries come from on this control host (llama-server artifact).
+    engine_artifacts: str | None = None
+
+
+class Site:
+    """A site folder with its configuration resolved to absolute paths."""
+
+    def __init__(self, root: Path, config: SiteConfig) -> None:
+        self.root = root
+        self.config = config
+
+    @classmethod
+    def load(cls, root: Path) -> Site:
+        root = root.resolve()
+        if not root.is_dir():
+            raise SiteError(f"{root} is not a folder", hint="pass an existing site folder to -C")
+        path = root / SITE_FILE
+        if not path.is_file():
+            raise SiteError(
+                f"no {SITE_FILE} in {root}",
+                hint=f"run llmgw in a site folder, pass -C DIR, or create one with `llmgw init {root}`",
+            )
+        data = load_yaml(path) or {}
+        if not isinstance(data, dict):
+            raise SiteError(f"{path}: expected a mapping of settings at the top")
+        try:
+            config = SiteConfig.model_validate(data)
+        except ValidationError as exc:
+            lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+            raise SiteError(f"{path} is invalid", detail=lines,
+                            hint="correct the keys above; see `llmgw init` for a commented example") from None
+        return cls(root, config)
+
+    def path(self, rel: str) -> Path:
+        return (self.root / rel).resolve()
+
+    @property
+    def catalog_dir(self) -> Path:
+        return self.path(self.config.catalog)
+
+    @property
+    def inventory(self) -> Path:
+        return self.path(self.config.inventory)
+
+    @property
+    def state_file(self) -> Path:
+        return self.path(self.config.state)
+
+    @property
+    def facts_dir(self) -> Path:
+        return self.path(self.config.facts)
+
+    @property
+    def store_url(self) -> str:
+        if self.config.store:
+            return self.config.store
+        return f"sqlite:///{self.state_file.parent / 'llmgw-store.sqlite'}"
