@@ -76,7 +76,7 @@ class Replica(_Model):
 
 
 class State(_Model):
-    version: Literal[1] = STATE_VERSION
+    version: Literal[1] = 1
     serial: int = 0
     lineage: str = Field(default_factory=lambda: str(uuid.uuid4()))
     models: list[ModelRecord] = Field(default_factory=list)

@@ -80,7 +80,7 @@ class IbAdapter(_Model):
 class HostFacts(_Model):
     """Everything gathered from one host. None = not known."""
 
-    version: Literal[1] = FACTS_VERSION
+    version: Literal[1] = 1
     host: str
     gathered_at: datetime
     # Set when the last gathering could not reach the host: these are the last good
