@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llmgw.catalog.schema import CatalogFile, Model
+from llmgw.catalog.schema import Model
 from llmgw.errors import CatalogError, Problem
 from llmgw.yamlio import YamlSyntaxError, line_of, loads_yaml
 
@@ -62,9 +62,9 @@ def catalog_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
-def _pydantic_problems(exc: ValidationError, doc: Any, rel: str) -> Iterable[Problem]:
+def _pydantic_problems(exc: ValidationError, doc: Any, rel: str, prefix: list[str | int]) -> Iterable[Problem]:
     for err in exc.errors():
-        loc: list[str | int] = list(err["loc"])
+        loc: list[str | int] = [*prefix, *err["loc"]]
         msg = err["msg"].removeprefix("Value error, ")
         # A validator names the field it objects to first ("max: 1 is below min 2"):
         # point at that field's line rather than at its parent mapping.
@@ -76,6 +76,8 @@ def _pydantic_problems(exc: ValidationError, doc: Any, rel: str) -> Iterable[Pro
             msg = f"unknown key {loc[-1]!r}; check its spelling (the catalog refuses keys it does not know)"
         elif err["type"] == "missing":
             msg = f"{loc[-1]!r} is required"
+        elif err["type"] == "literal_error":
+            msg = f"{err['input']!r} is not allowed: {msg[0].lower()}{msg[1:]}"
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
         yield Problem(rel, line_of(doc, loc), path, msg)
 
@@ -93,12 +95,25 @@ def parse_file(path: Path, rel: str, text: str | None = None) -> tuple[list[Loca
         return [], []
     if not isinstance(doc, dict):
         return [], [Problem(rel, line_of(doc, []), "", "expected a mapping with a `models:` list")]
-    try:
-        parsed = CatalogFile.model_validate(doc)
-    except ValidationError as exc:
-        return [], list(_pydantic_problems(exc, doc, rel))
-    located = [Located(m, rel, line_of(doc, ["models", i]), i) for i, m in enumerate(parsed.models)]
-    return located, []
+    problems: list[Problem] = []
+    located: list[Located] = []
+    extra = sorted(str(k) for k in doc if k != "models")
+    for key in extra:
+        problems.append(Problem(rel, line_of(doc, [key]), key,
+                                "unknown key; a catalog file holds only `models:`"))
+    models = doc.get("models", [])
+    if not isinstance(models, list):
+        return [], [*problems, Problem(rel, line_of(doc, ["models"]), "models", "expected a list of models")]
+    # Each model is validated on its own, so one broken model neither hides the problems
+    # of the others nor keeps the valid ones out of the cross-file checks.
+    for i, item in enumerate(models):
+        try:
+            model = Model.model_validate(item)
+        except ValidationError as exc:
+            problems.extend(_pydantic_problems(exc, doc, rel, prefix=["models", i]))
+            continue
+        located.append(Located(model, rel, line_of(doc, ["models", i]), i))
+    return located, problems
 
 
 def cross_check(entries: list[Located]) -> list[Problem]:

@@ -121,10 +121,3 @@ class Model(BaseModel):
                 raise ValueError(f"profile {p.name!r} is listed twice; profile names must be unique")
             seen.add(p.name)
         return self
-
-
-class CatalogFile(BaseModel):
-    """The top level of one catalog YAML file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    models: list[Model] = Field(default_factory=list)

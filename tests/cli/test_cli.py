@@ -1,0 +1,59 @@
+"""The CLI's shape: -C, init, exit codes, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import run_cli
+
+
+def test_init_writes_a_valid_starter_site(tmp_path: Path) -> None:
+    r = run_cli("init", str(tmp_path / "site"))
+    assert r.exit_code == 0, r.stderr
+    text = (tmp_path / "site" / "catalog" / "models.yaml").read_text()
+    assert text.startswith("# The catalog")
+    r = run_cli("-C", str(tmp_path / "site"), "catalog", "validate")
+    assert r.exit_code == 0, r.stderr
+    r = run_cli("-C", str(tmp_path / "site"), "models", "--json")
+    assert {m["name"] for m in json.loads(r.stdout)["models"]} == {"qwen2.5-coder-14b", "qwen2.5-7b"}
+
+
+def test_init_refuses_an_existing_site_and_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "site"
+    root.mkdir()
+    (root / "llmgw.yaml").write_text("state: mine.json\n")
+    r = run_cli("init", str(root))
+    assert r.exit_code == 1
+    assert "already holds a site" in r.stderr
+    assert (root / "llmgw.yaml").read_text() == "state: mine.json\n"
+    assert not (root / "catalog").exists()
+
+
+def test_no_site_says_how_to_get_one(tmp_path: Path) -> None:
+    r = run_cli("-C", str(tmp_path), "models")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("Error: no llmgw.yaml in")
+    assert "llmgw init" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_site_config_lists_keys(tmp_path: Path) -> None:
+    (tmp_path / "llmgw.yaml").write_text("catalg: x\nports: {start: 30000, end: 20000}\n")
+    r = run_cli("-C", str(tmp_path), "models")
+    assert r.exit_code == 1
+    assert "llmgw.yaml is invalid" in r.stderr
+    assert "catalg: Extra inputs are not permitted" in r.stderr
+    assert "end 20000 is below start 30000" in r.stderr
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run_cli("no-such-verb").exit_code == 2
+    assert run_cli("models", "--bogus").exit_code == 2
+
+
+def test_help_lists_commands() -> None:
+    r = run_cli("--help")
+    assert r.exit_code == 0
+    for verb in ("init", "catalog", "models"):
+        assert verb in r.stdout
