@@ -1,0 +1,50 @@
+"""The key, quota and usage store: SQLite embedded by default, PostgreSQL for fleets.
+
+`open_store(url)` accepts `sqlite:///path` (the path is always absolute: any number of
+slashes after `sqlite:` lead to `/`) and `postgresql://user:pass@host:port/db`.
+Which URL a command uses: `--store URL`, else `$LLMGW_STORE`, else the site's
+`store:` in llmgw.yaml (default: `llmgw-store.sqlite` beside the state file), else,
+outside a site, `$XDG_DATA_HOME/llmgw/store.sqlite` (`~/.local/share/llmgw/store.sqlite`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from llmgw.errors import StoreError
+from llmgw.store.model import GroupRecord, KeyRecord, MinuteCount, UsageDelta, UsageRow
+from llmgw.store.sql import UNSET, PostgresStore, SqliteStore, SqlStore, Unset
+
+Store = SqlStore
+
+__all__ = [
+    "UNSET",
+    "GroupRecord",
+    "KeyRecord",
+    "MinuteCount",
+    "Store",
+    "Unset",
+    "UsageDelta",
+    "UsageRow",
+    "default_store_url",
+    "open_store",
+]
+
+
+def default_store_url() -> str:
+    """Where keys live when no site and no --store say otherwise."""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return f"sqlite://{Path(data) / 'llmgw' / 'store.sqlite'}"
+
+
+def open_store(url: str) -> Store:
+    if url.startswith("sqlite:"):
+        rest = url[len("sqlite:"):].lstrip("/")
+        if not rest:
+            raise StoreError(f"store URL {url!r} names no file", hint="use sqlite:///path/to/store.sqlite")
+        return SqliteStore(url, Path("/" + rest))
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresStore(url)
+    raise StoreError(f"unknown store URL {url!r}",
+                     hint="use sqlite:///path/to/store.sqlite or postgresql://user:pass@host/db")

@@ -1,0 +1,405 @@
+"""The key store in SQL, one implementation for SQLite and PostgreSQL.
+
+Both dialects share the schema and every query (plain SQL with `ON CONFLICT` upserts
+and a partial unique index, which both understand); a backend only supplies the
+connection and its parameter style. The store is synchronous: the CLI calls it
+directly, and the router calls it from a worker thread, off the request path.
+
+Tables (prefixed `llmgw_` so the store can share a database):
+
+    llmgw_meta             schema version
+    llmgw_groups           name, parent, rpm, tokens_per_day
+    llmgw_keys             id, name (unique among active keys), group, prefix, sha256
+    llmgw_usage_daily      per key, UTC day and model: requests, prompt/completion tokens
+    llmgw_requests_minute  per key and clock minute: requests (shared rpm; pruned)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from llmgw.errors import StoreError
+from llmgw.store.keys import hash_key, new_key, new_key_id, shown_prefix
+from llmgw.store.model import GroupRecord, KeyRecord, MinuteCount, UsageDelta, UsageRow
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS llmgw_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS llmgw_groups (
+        name TEXT PRIMARY KEY,
+        parent TEXT NULL REFERENCES llmgw_groups(name),
+        rpm BIGINT NULL,
+        tokens_per_day BIGINT NULL,
+        created_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS llmgw_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        group_name TEXT NULL REFERENCES llmgw_groups(name),
+        prefix TEXT NOT NULL,
+        hash TEXT NOT NULL UNIQUE,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT NULL)""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS llmgw_keys_active_name ON llmgw_keys (name) "
+    "WHERE revoked_at IS NULL",
+    """CREATE TABLE IF NOT EXISTS llmgw_usage_daily (
+        key_id TEXT NOT NULL,
+        day TEXT NOT NULL,
+        model TEXT NOT NULL,
+        requests BIGINT NOT NULL DEFAULT 0,
+        prompt_tokens BIGINT NOT NULL DEFAULT 0,
+        completion_tokens BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (key_id, day, model))""",
+    """CREATE TABLE IF NOT EXISTS llmgw_requests_minute (
+        key_id TEXT NOT NULL,
+        minute BIGINT NOT NULL,
+        requests BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (key_id, minute))""",
+]
+
+# Minute counters older than this are deleted when usage is written.
+MINUTE_RETENTION = 10
+
+
+class Unset:
+    """Marks an argument that was not given (None means "clear the limit")."""
+
+
+UNSET = Unset()
+
+
+class _Cursor(Protocol):
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def fetchone(self) -> Any: ...
+    @property
+    def rowcount(self) -> int: ...
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _ts(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+class SqlStore:
+    """Keys, groups, quotas and usage. Thread-safe: one connection behind a lock."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.Lock()
+        self._connect()
+        self._migrate()
+
+    # -- backend hooks -------------------------------------------------------------------
+    def _connect(self) -> None:
+        raise NotImplementedError
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Cursor]:
+        """A cursor inside one transaction, committed on success."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def _migrate_lock(self, cur: _Cursor) -> None:
+        """Serialise schema creation between processes (PostgreSQL races on CREATE)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _run(self, fn: Callable[[_Cursor], Any]) -> Any:
+        with self._lock, self._tx() as cur:
+            return fn(cur)
+
+    def _x(self, cur: _Cursor, sql: str, params: Sequence[Any] = ()) -> Any:
+        return cur.execute(self._sql(sql), params)
+
+    def _migrate(self) -> None:
+        def go(cur: _Cursor) -> None:
+            self._migrate_lock(cur)
+            for stmt in _SCHEMA:
+                self._x(cur, stmt)
+            self._x(cur, "SELECT value FROM llmgw_meta WHERE key = 'schema_version'")
+            row = cur.fetchone()
+            if row is None:
+                self._x(cur, "INSERT INTO llmgw_meta (key, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise StoreError(f"the store {self.redacted_url} has schema version {row[0]}, "
+                                 f"newer than this llmgw understands ({SCHEMA_VERSION})",
+                                 hint="upgrade llmgw on this host")
+        self._run(go)
+
+    @property
+    def redacted_url(self) -> str:
+        """The URL without a password, for messages."""
+        head, sep, tail = self.url.partition("@")
+        if not sep or "://" not in head:
+            return self.url
+        scheme, _, cred = head.partition("://")
+        user = cred.split(":", 1)[0]
+        return f"{scheme}://{user}@{tail}"
+
+    # -- groups --------------------------------------------------------------------------
+    def groups(self) -> list[GroupRecord]:
+        def go(cur: _Cursor) -> list[GroupRecord]:
+            self._x(cur, "SELECT name, parent, rpm, tokens_per_day, created_at FROM llmgw_groups "
+                         "ORDER BY name")
+            return [GroupRecord(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]))
+                    for r in cur.fetchall()]
+        result: list[GroupRecord] = self._run(go)
+        return result
+
+    def set_group(self, name: str, *, parent: str | Unset | None = UNSET,
+                  rpm: int | Unset | None = UNSET,
+                  tokens_per_day: int | Unset | None = UNSET) -> GroupRecord:
+        """Create the group or change the given fields; refuse a parent that makes a loop."""
+        if not name or name.strip() != name:
+            raise StoreError(f"invalid group name {name!r}", hint="use a non-empty name without spaces")
+
+        def go(cur: _Cursor) -> GroupRecord:
+            self._x(cur, "SELECT name, parent, rpm, tokens_per_day, created_at FROM llmgw_groups")
+            existing = {r[0]: GroupRecord(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]))
+                        for r in cur.fetchall()}
+            old = existing.get(name)
+            new_parent = (old.parent if old else None) if isinstance(parent, Unset) else parent
+            new_rpm = (old.rpm if old else None) if isinstance(rpm, Unset) else rpm
+            new_tpd = ((old.tokens_per_day if old else None) if isinstance(tokens_per_day, Unset)
+                       else tokens_per_day)
+            if new_parent is not None:
+                if new_parent not in existing:
+                    raise StoreError(f"no group {new_parent!r} to be the parent of {name!r}",
+                                     hint=f"create it first: llmgw keys group set {new_parent}")
+                seen: set[str] = {name}
+                node: str | None = new_parent
+                while node is not None:
+                    if node in seen:
+                        raise StoreError(f"group {name!r} cannot have parent {new_parent!r}: "
+                                         f"that makes a loop", hint="choose a parent outside its subtree")
+                    seen.add(node)
+                    node = existing[node].parent
+            for label, value in (("rpm", new_rpm), ("tokens per day", new_tpd)):
+                if value is not None and value < 0:
+                    raise StoreError(f"{label} must be zero or more, not {value}")
+            if old is None:
+                created = _now()
+                self._x(cur, "INSERT INTO llmgw_groups (name, parent, rpm, tokens_per_day, created_at) "
+                             "VALUES (?, ?, ?, ?, ?)",
+                        (name, new_parent, new_rpm, new_tpd, created.isoformat()))
+            else:
+                created = old.created_at
+                self._x(cur, "UPDATE llmgw_groups SET parent = ?, rpm = ?, tokens_per_day = ? "
+                             "WHERE name = ?", (new_parent, new_rpm, new_tpd, name))
+            return GroupRecord(name, new_parent, new_rpm, new_tpd, created)
+        result: GroupRecord = self._run(go)
+        return result
+
+    def delete_group(self, name: str) -> None:
+        def go(cur: _Cursor) -> None:
+            self._x(cur, "SELECT 1 FROM llmgw_groups WHERE name = ?", (name,))
+            if cur.fetchone() is None:
+                raise StoreError(f"no group {name!r}", hint="see `llmgw keys group list`")
+            self._x(cur, "SELECT name FROM llmgw_groups WHERE parent = ? ORDER BY name", (name,))
+            children = [r[0] for r in cur.fetchall()]
+            self._x(cur, "SELECT name FROM llmgw_keys WHERE group_name = ? AND revoked_at IS NULL "
+                         "ORDER BY name", (name,))
+            keys = [r[0] for r in cur.fetchall()]
+            if children or keys:
+                users = [f"group {c}" for c in children] + [f"key {k}" for k in keys]
+                raise StoreError(f"group {name!r} is still used by {', '.join(users)}",
+                                 hint="move or revoke those first")
+            self._x(cur, "UPDATE llmgw_keys SET group_name = NULL WHERE group_name = ?", (name,))
+            self._x(cur, "DELETE FROM llmgw_groups WHERE name = ?", (name,))
+        self._run(go)
+
+    # -- keys ----------------------------------------------------------------------------
+    def create_key(self, name: str, group: str | None = None) -> tuple[KeyRecord, str]:
+        """A new key; the secret is returned once and only its hash is kept."""
+        if not name or name.strip() != name:
+            raise StoreError(f"invalid key name {name!r}", hint="use a non-empty name without spaces")
+        secret = new_key()
+        record = KeyRecord(id=new_key_id(), name=name, group=group, prefix=shown_prefix(secret),
+                           hash=hash_key(secret), created_at=_now())
+
+        def go(cur: _Cursor) -> None:
+            if group is not None:
+                self._x(cur, "SELECT 1 FROM llmgw_groups WHERE name = ?", (group,))
+                if cur.fetchone() is None:
+                    raise StoreError(f"no group {group!r}",
+                                     hint=f"create it first: llmgw keys group set {group}")
+            self._x(cur, "SELECT 1 FROM llmgw_keys WHERE name = ? AND revoked_at IS NULL", (name,))
+            if cur.fetchone() is not None:
+                raise StoreError(f"an active key named {name!r} exists",
+                                 hint="choose another name, or revoke that key first")
+            self._x(cur, "INSERT INTO llmgw_keys (id, name, group_name, prefix, hash, created_at) "
+                         "VALUES (?, ?, ?, ?, ?, ?)",
+                    (record.id, record.name, record.group, record.prefix, record.hash,
+                     record.created_at.isoformat()))
+        self._run(go)
+        return record, secret
+
+    def keys(self, *, include_revoked: bool = False) -> list[KeyRecord]:
+        def go(cur: _Cursor) -> list[KeyRecord]:
+            where = "" if include_revoked else " WHERE revoked_at IS NULL"
+            self._x(cur, "SELECT id, name, group_name, prefix, hash, created_at, revoked_at "
+                         f"FROM llmgw_keys{where} ORDER BY name, created_at")
+            return [KeyRecord(r[0], r[1], r[2], r[3], r[4], datetime.fromisoformat(r[5]), _ts(r[6]))
+                    for r in cur.fetchall()]
+        result: list[KeyRecord] = self._run(go)
+        return result
+
+    def revoke_key(self, ident: str) -> KeyRecord:
+        """Revoke the active key with this name or id."""
+        def go(cur: _Cursor) -> KeyRecord:
+            self._x(cur, "SELECT id, name, group_name, prefix, hash, created_at FROM llmgw_keys "
+                         "WHERE revoked_at IS NULL AND (name = ? OR id = ?)", (ident, ident))
+            rows = cur.fetchall()
+            if not rows:
+                raise StoreError(f"no active key named {ident!r} (or with that id)",
+                                 hint="see `llmgw keys list`")
+            if len(rows) > 1:
+                raise StoreError(f"{ident!r} names more than one key", hint="revoke it by its id")
+            r = rows[0]
+            when = _now()
+            self._x(cur, "UPDATE llmgw_keys SET revoked_at = ? WHERE id = ?", (when.isoformat(), r[0]))
+            return KeyRecord(r[0], r[1], r[2], r[3], r[4], datetime.fromisoformat(r[5]), when)
+        result: KeyRecord = self._run(go)
+        return result
+
+    # -- usage ---------------------------------------------------------------------------
+    def add_usage(self, deltas: Iterable[UsageDelta], minutes: Iterable[MinuteCount]) -> None:
+        """Add one batch of counters (the router calls this about once a second)."""
+        deltas, minutes = list(deltas), list(minutes)
+        if not deltas and not minutes:
+            return
+
+        def go(cur: _Cursor) -> None:
+            for d in deltas:
+                self._x(cur, "INSERT INTO llmgw_usage_daily AS u (key_id, day, model, requests, "
+                             "prompt_tokens, completion_tokens) VALUES (?, ?, ?, ?, ?, ?) "
+                             "ON CONFLICT (key_id, day, model) DO UPDATE SET "
+                             "requests = u.requests + excluded.requests, "
+                             "prompt_tokens = u.prompt_tokens + excluded.prompt_tokens, "
+                             "completion_tokens = u.completion_tokens + excluded.completion_tokens",
+                        (d.key_id, d.day, d.model, d.requests, d.prompt_tokens, d.completion_tokens))
+            newest = 0
+            for m in minutes:
+                newest = max(newest, m.minute)
+                self._x(cur, "INSERT INTO llmgw_requests_minute AS m (key_id, minute, requests) "
+                             "VALUES (?, ?, ?) ON CONFLICT (key_id, minute) DO UPDATE SET "
+                             "requests = m.requests + excluded.requests",
+                        (m.key_id, m.minute, m.requests))
+            if newest:
+                self._x(cur, "DELETE FROM llmgw_requests_minute WHERE minute < ?",
+                        (newest - MINUTE_RETENTION,))
+        self._run(go)
+
+    def usage(self, day: str | None = None) -> list[UsageRow]:
+        """Usage rows for one UTC day (YYYY-MM-DD), or for every day when None."""
+        def go(cur: _Cursor) -> list[UsageRow]:
+            cols = "key_id, day, model, requests, prompt_tokens, completion_tokens"
+            if day is None:
+                self._x(cur, f"SELECT {cols} FROM llmgw_usage_daily ORDER BY day, key_id, model")
+            else:
+                self._x(cur, f"SELECT {cols} FROM llmgw_usage_daily WHERE day = ? "
+                             "ORDER BY key_id, model", (day,))
+            return [UsageRow(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]))
+                    for r in cur.fetchall()]
+        result: list[UsageRow] = self._run(go)
+        return result
+
+    def minute_requests(self, since_minute: int) -> list[MinuteCount]:
+        def go(cur: _Cursor) -> list[MinuteCount]:
+            self._x(cur, "SELECT key_id, minute, requests FROM llmgw_requests_minute "
+                         "WHERE minute >= ?", (since_minute,))
+            return [MinuteCount(r[0], int(r[1]), int(r[2])) for r in cur.fetchall()]
+        result: list[MinuteCount] = self._run(go)
+        return result
+
+
+class SqliteStore(SqlStore):
+    """The embedded default: one file, WAL mode so the CLI and a router can share it."""
+
+    def __init__(self, url: str, path: Path) -> None:
+        self.path = path
+        super().__init__(url)
+
+    def _connect(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                       timeout=10.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}",
+                             hint="check the path and its permissions, or pass --store URL") from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Cursor]:
+        cur = self._db.cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            yield cur
+            cur.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise StoreError(f"store {self.path}: {exc}") from None
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class PostgresStore(SqlStore):
+    """Several routers share keys, quotas and usage through one PostgreSQL database."""
+
+    def _connect(self) -> None:
+        import psycopg
+
+        try:
+            self._db = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to the store {self.redacted_url}: "
+                             f"{str(exc).strip().splitlines()[-1]}",
+                             hint="check that PostgreSQL runs and the URL, user and password are right"
+                             ) from None
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _migrate_lock(self, cur: _Cursor) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(7340043)")
+
+    @contextmanager
+    def _tx(self) -> Iterator[_Cursor]:
+        import psycopg
+
+        if self._db.closed or self._db.broken:
+            self._connect()
+        try:
+            with self._db.transaction(), self._db.cursor() as cur:
+                yield cur
+        except psycopg.Error as exc:
+            raise StoreError(f"store {self.redacted_url}: {str(exc).strip().splitlines()[0]}") from None
+
+    def close(self) -> None:
+        self._db.close()
