@@ -1,0 +1,61 @@
+"""Can the fleet's llama-server build load this GGUF? Decided from the header alone.
+
+The build's capabilities (`llama-server.caps.json`, written beside the binary by
+scripts/build-engine from the llama.cpp sources it was built from) list the GGUF
+versions, architectures and tensor types it understands.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmgw.errors import WeightsError
+from llmgw.weights.gguf import GgufHeader
+
+CAPS_FILE = "llama-server.caps.json"
+
+
+@dataclass(frozen=True)
+class EngineCaps:
+    gguf_versions: tuple[int, ...]
+    architectures: frozenset[str]
+    tensor_types: dict[int, str]
+
+    @classmethod
+    def load(cls, path: Path) -> EngineCaps:
+        try:
+            data = json.loads(path.read_text())
+            return cls(tuple(int(v) for v in data["gguf_versions"]), frozenset(data["architectures"]),
+                       {int(k): str(v) for k, v in data["tensor_types"].items()})
+        except FileNotFoundError:
+            raise WeightsError(f"no llama-server capabilities at {path}",
+                               hint="run scripts/build-engine, which writes them beside the binary") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise WeightsError(f"{path} is not a llama-server capabilities file: {exc}",
+                               hint="rebuild it with scripts/build-engine") from None
+
+
+def servable_problems(header: GgufHeader, caps: EngineCaps) -> list[str]:
+    """Every reason this llama-server build would refuse the model; empty when it loads."""
+    problems = []
+    if header.version not in caps.gguf_versions:
+        known = ", ".join(map(str, caps.gguf_versions))
+        problems.append(f"GGUF version {header.version} is not supported by this llama-server build "
+                        f"(it reads versions {known}); re-convert the model with a current llama.cpp")
+    arch = header.architecture
+    if arch is None:
+        problems.append("the GGUF metadata has no general.architecture; the file is not a llama.cpp model")
+    elif arch not in caps.architectures:
+        problems.append(f"architecture {arch!r} is unknown to this llama-server build; "
+                        "upgrade the engine or use a vllm/sglang profile")
+    unknown: dict[int, list[str]] = {}
+    for t in header.tensors:
+        if t.ggml_type not in caps.tensor_types:
+            unknown.setdefault(t.ggml_type, []).append(t.name)
+    for type_id, names in sorted(unknown.items()):
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        problems.append(f"tensor type {type_id} (used by {shown}) is not supported by this llama-server build; "
+                        "re-quantize the model to a supported type")
+    return problems
