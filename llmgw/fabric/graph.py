@@ -1,0 +1,104 @@
+"""The raw graph both text formats parse into: nodes, their connected ports, and cables.
+
+Each cable appears twice in ibnetdiscover output, once from each end. `Graph.cables()`
+pairs the two halves and refuses a half without its partner: that is how a truncated
+or spliced capture shows itself, and the error names the line of the orphaned half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from llmgw.errors import FabricError
+from llmgw.fabric.rates import Rate, slower
+
+NodeKind = Literal["switch", "ca", "router"]
+
+
+@dataclass(slots=True)
+class RawPort:
+    port: int
+    peer: str  # the key of the node at the far end
+    peer_port: int
+    rate: Rate
+    line: int
+    port_guid: int | None = None
+    lid: int | None = None
+
+
+@dataclass(slots=True)
+class RawNode:
+    key: str  # how the text refers to the node, e.g. "S-0c42a10300b10000"
+    kind: NodeKind
+    guid: int | None  # node GUID; None where the format does not print it (-p CAs)
+    description: str
+    line: int
+    nports: int | None = None
+    lid: int | None = None
+    ports: dict[int, RawPort] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RawCable:
+    a: RawNode
+    a_port: RawPort
+    b: RawNode
+    b_port: RawPort
+    rate: Rate
+    rates_differ: bool  # the two ends reported different rates; `rate` is the slower
+
+
+@dataclass(slots=True)
+class Graph:
+    source: str
+    format: str  # "ibnetdiscover" | "ibnetdiscover -p"
+    nodes: dict[str, RawNode] = field(default_factory=dict)
+
+    def error(self, line: int, message: str, *, hint: str | None = None) -> FabricError:
+        return FabricError(f"{self.source}, line {line}: {message}", source=self.source,
+                           line=line, hint=hint)
+
+    def cables(self) -> Iterator[RawCable]:
+        """Every cable once, both halves checked against each other, in text order."""
+        problems: list[tuple[int, str]] = []
+        for node in self.nodes.values():
+            for p in node.ports.values():
+                peer = self.nodes.get(p.peer)
+                if peer is None:
+                    problems.append((p.line, f"port {p.port} of {node.description!r} connects "
+                                    f"to node {p.peer} port {p.peer_port}, which the output "
+                                    "never lists (expected a block for it: the capture "
+                                    "looks truncated)"))
+                    continue
+                back = peer.ports.get(p.peer_port)
+                if back is None or back.peer != node.key or back.peer_port != p.port:
+                    found = ("lists no such port" if back is None
+                             else f"says that port goes to {back.peer} port {back.peer_port}")
+                    problems.append((p.line, f"port {p.port} of {node.description!r} connects "
+                                    f"to {p.peer} port {p.peer_port}, but that node (line "
+                                    f"{peer.line}) {found} (expected the same cable from "
+                                    "both ends: the capture looks truncated or spliced)"))
+        if problems:
+            line, message = min(problems)
+            more = len(problems) - 1
+            raise self.error(line, message, hint=(
+                f"{more} more cable{'s' if more != 1 else ''} disagree{'s' if more == 1 else ''}; "
+                if more else "") + "capture ibnetdiscover output again, whole")
+        for node in self.nodes.values():
+            for p in node.ports.values():
+                peer = self.nodes[p.peer]
+                if (node.key, p.port) < (peer.key, p.peer_port):
+                    back = peer.ports[p.peer_port]
+                    yield RawCable(node, p, peer, back, slower(p.rate, back.rate),
+                                   p.rate != back.rate)
+
+    def check_connected_ports(self) -> None:
+        """A node that lists no cable at all can only come from a cut-off capture."""
+        for node in self.nodes.values():
+            if not node.ports:
+                raise self.error(node.line, f"node {node.description!r} lists no connected "
+                                 "port (expected at least one port line after it: every "
+                                 "node ibnetdiscover finds was reached through a cable, so "
+                                 "the capture looks truncated)")
