@@ -22,6 +22,7 @@ from llmgw.site import Site
 COMMAND_MODULES = [
     "llmgw.cli.site_cmd",
     "llmgw.cli.catalog_cmd",
+    "llmgw.cli.lab_cmd",
 ]
 
 
