@@ -1,8 +1,8 @@
 """The raw graph both text formats parse into: nodes, their connected ports, and cables.
 
-Each cable appears twice in ibnetdiscover output, once from each end. `Graph.cables()`
-pairs the two halves and refuses a half without its partner: that is how a truncated
-or spliced capture shows itself, and the error names the line of the orphaned half.
+Each cable appears twice in ibnetdiscover output, once from each end. `Graph.validate()`
+refuses a half without its partner: that is how a truncated or spliced capture shows
+itself, and the error names the line of the orphaned half.
 """
 
 from __future__ import annotations
@@ -60,32 +60,42 @@ class Graph:
         return FabricError(f"{self.source}, line {line}: {message}", source=self.source,
                            line=line, hint=hint)
 
-    def cables(self) -> Iterator[RawCable]:
-        """Every cable once, both halves checked against each other, in text order."""
+    def validate(self) -> None:
+        """Refuse what a whole capture never holds: half a cable, or a node without one.
+
+        Every problem is collected and the first by line is raised, so the message points
+        at the earliest sign of a cut-off or spliced capture."""
         problems: list[tuple[int, str]] = []
         for node in self.nodes.values():
+            if not node.ports:
+                problems.append((node.line, f"node {node.description!r} lists no connected "
+                                 "port (expected at least one port line after it: every node "
+                                 "ibnetdiscover finds was reached through a cable, so the "
+                                 "capture looks truncated)"))
             for p in node.ports.values():
                 peer = self.nodes.get(p.peer)
                 if peer is None:
                     problems.append((p.line, f"port {p.port} of {node.description!r} connects "
-                                    f"to node {p.peer} port {p.peer_port}, which the output "
-                                    "never lists (expected a block for it: the capture "
-                                    "looks truncated)"))
+                                     f"to node {p.peer} port {p.peer_port}, which the output "
+                                     "never lists (expected a block for it: the capture "
+                                     "looks truncated)"))
                     continue
                 back = peer.ports.get(p.peer_port)
                 if back is None or back.peer != node.key or back.peer_port != p.port:
                     found = ("lists no such port" if back is None
                              else f"says that port goes to {back.peer} port {back.peer_port}")
                     problems.append((p.line, f"port {p.port} of {node.description!r} connects "
-                                    f"to {p.peer} port {p.peer_port}, but that node (line "
-                                    f"{peer.line}) {found} (expected the same cable from "
-                                    "both ends: the capture looks truncated or spliced)"))
+                                     f"to {p.peer} port {p.peer_port}, but that node (line "
+                                     f"{peer.line}) {found} (expected the same cable from "
+                                     "both ends: the capture looks truncated or spliced)"))
         if problems:
             line, message = min(problems)
             more = len(problems) - 1
-            raise self.error(line, message, hint=(
-                f"{more} more cable{'s' if more != 1 else ''} disagree{'s' if more == 1 else ''}; "
-                if more else "") + "capture ibnetdiscover output again, whole")
+            others = f"{more} more problem{'s' if more != 1 else ''} after this one; " if more else ""
+            raise self.error(line, message, hint=f"{others}capture ibnetdiscover output again, whole")
+
+    def cables(self) -> Iterator[RawCable]:
+        """Every cable once, in text order; call `validate()` first."""
         for node in self.nodes.values():
             for p in node.ports.values():
                 peer = self.nodes[p.peer]
@@ -93,12 +103,3 @@ class Graph:
                     back = peer.ports[p.peer_port]
                     yield RawCable(node, p, peer, back, slower(p.rate, back.rate),
                                    p.rate != back.rate)
-
-    def check_connected_ports(self) -> None:
-        """A node that lists no cable at all can only come from a cut-off capture."""
-        for node in self.nodes.values():
-            if not node.ports:
-                raise self.error(node.line, f"node {node.description!r} lists no connected "
-                                 "port (expected at least one port line after it: every "
-                                 "node ibnetdiscover finds was reached through a cable, so "
-                                 "the capture looks truncated)")

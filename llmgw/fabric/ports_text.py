@@ -75,7 +75,7 @@ def parse_ports(text: str, source: str) -> Graph:
             lid=int(m["lid"]) if kind != "switch" else None)
     if not g.nodes:
         raise g.error(1, "found no port line at all: expected `ibnetdiscover -p` output")
-    g.check_connected_ports()
+    g.validate()
     return g
 
 

@@ -108,13 +108,13 @@ def parse_topology(text: str, source: str) -> Graph:
         raise g.error(max(1, len(text.splitlines())), "found no node at all: expected "
                       "ibnetdiscover output with `Switch` and `Ca` blocks",
                       hint="run `ibnetdiscover` (no options, or -p) on a host of the fabric")
+    g.validate()
     if initiated is not None:
         line_no, guid = initiated
         if not any(nd.guid == guid for nd in g.nodes.values()):
             raise g.error(line_no, f"discovery started from node {guid:016x}, but the output "
                           "never lists that node (expected its `Ca` block: the capture looks "
                           "truncated)")
-    g.check_connected_ports()
     return g
 
 
