@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "llmgw.cli.site_cmd",
     "llmgw.cli.catalog_cmd",
     "llmgw.cli.lab_cmd",
+    "llmgw.cli.fabrics_cmd",
 ]
 
 
