@@ -8,6 +8,7 @@ versions, architectures and tensor types it understands.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,25 +38,35 @@ class EngineCaps:
                                hint="rebuild it with scripts/build-engine") from None
 
 
-def servable_problems(header: GgufHeader, caps: EngineCaps) -> list[str]:
+def tensor_types(header: GgufHeader, examples: int = 3) -> dict[int, list[str]]:
+    """ggml type id -> the first few tensor names of that type (enough to name in a message)."""
+    out: dict[int, list[str]] = {}
+    for t in header.tensors:
+        names = out.setdefault(t.ggml_type, [])
+        if len(names) < examples:
+            names.append(t.name)
+    return out
+
+
+def servable_problems(version: int, architecture: str | None, types: Mapping[int, Sequence[str]],
+                      caps: EngineCaps) -> list[str]:
     """Every reason this llama-server build would refuse the model; empty when it loads."""
     problems = []
-    if header.version not in caps.gguf_versions:
+    if version not in caps.gguf_versions:
         known = ", ".join(map(str, caps.gguf_versions))
-        problems.append(f"GGUF version {header.version} is not supported by this llama-server build "
+        problems.append(f"GGUF version {version} is not supported by this llama-server build "
                         f"(it reads versions {known}); re-convert the model with a current llama.cpp")
-    arch = header.architecture
-    if arch is None:
+    if architecture is None:
         problems.append("the GGUF metadata has no general.architecture; the file is not a llama.cpp model")
-    elif arch not in caps.architectures:
-        problems.append(f"architecture {arch!r} is unknown to this llama-server build; "
+    elif architecture not in caps.architectures:
+        problems.append(f"architecture {architecture!r} is unknown to this llama-server build; "
                         "upgrade the engine or use a vllm/sglang profile")
-    unknown: dict[int, list[str]] = {}
-    for t in header.tensors:
-        if t.ggml_type not in caps.tensor_types:
-            unknown.setdefault(t.ggml_type, []).append(t.name)
-    for type_id, names in sorted(unknown.items()):
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        problems.append(f"tensor type {type_id} (used by {shown}) is not supported by this llama-server build; "
-                        "re-quantize the model to a supported type")
+    for type_id in sorted(types):
+        if type_id not in caps.tensor_types:
+            problems.append(f"tensor type {type_id} (used by {', '.join(types[type_id])}) is not supported by "
+                            "this llama-server build; re-quantize the model to a supported type")
     return problems
+
+
+def header_problems(header: GgufHeader, caps: EngineCaps) -> list[str]:
+    return servable_problems(header.version, header.architecture, tensor_types(header), caps)

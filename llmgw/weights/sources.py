@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from llmgw.errors import FactsError, WeightsError
 from llmgw.weights.gguf import Fetch, file_fetcher, http_fetcher, read_header
 from llmgw.weights.names import cache_name
+from llmgw.weights.servable import tensor_types
 from llmgw.yamlio import atomic_write
 
 HF_ENDPOINT_ENV = "HF_ENDPOINT"
@@ -32,7 +33,7 @@ class SourceInfo(BaseModel):
     format: Literal["gguf", "other"] | None = None
     gguf_version: int | None = None
     architecture: str | None = None
-    tensor_types: list[int] | None = None  # distinct ggml type ids used by the tensors
+    tensor_types: dict[int, list[str]] | None = None  # ggml type id -> a few tensor names of that type
     inspected_at: datetime
     error: str | None = None  # why inspection failed; the rest is then not known
 
@@ -98,7 +99,7 @@ def inspect_source(source: str, client: httpx.Client) -> SourceInfo:
         header = read_header(fetch, source)
         return SourceInfo(source=source, cache_name=name, size_bytes=size, format="gguf",
                           gguf_version=header.version, architecture=header.architecture,
-                          tensor_types=sorted({t.ggml_type for t in header.tensors}), inspected_at=now)
+                          tensor_types=tensor_types(header), inspected_at=now)
     except WeightsError as exc:
         return SourceInfo(source=source, cache_name=name, inspected_at=now, error=exc.message)
     except (httpx.HTTPError, OSError) as exc:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from llmgw.weights.gguf import GgufError, file_fetcher, http_fetcher, read_header
-from llmgw.weights.servable import EngineCaps, servable_problems
+from llmgw.weights.servable import EngineCaps, header_problems
 from llmgw.weights.sources import inspect_source, read_sources, write_source
+from tests.helpers import run_cli
 from tests.weights.gguf_files import engine_caps_path, tiny_model, write_gguf
 
 
@@ -32,26 +33,26 @@ def test_tiny_model_header(tiny: Path, caps: EngineCaps) -> None:
     assert header.architecture == "llama"
     assert len(header.tensors) == 21
     assert {t.ggml_type for t in header.tensors} == {0}  # all F32
-    assert servable_problems(header, caps) == []
+    assert header_problems(header, caps) == []
 
 
 def test_unknown_architecture_is_refused(tmp_path: Path, caps: EngineCaps) -> None:
     path = write_gguf(tmp_path / "m.gguf", arch="notamodel")
-    problems = servable_problems(read_header(file_fetcher(path), str(path)), caps)
+    problems = header_problems(read_header(file_fetcher(path), str(path)), caps)
     assert problems == ["architecture 'notamodel' is unknown to this llama-server build; "
                         "upgrade the engine or use a vllm/sglang profile"]
 
 
 def test_unsupported_tensor_type_is_refused(tmp_path: Path, caps: EngineCaps) -> None:
     path = write_gguf(tmp_path / "m.gguf", tensor_type_patch=31)  # Q4_0_4_4: removed from gguf files
-    problems = servable_problems(read_header(file_fetcher(path), str(path)), caps)
+    problems = header_problems(read_header(file_fetcher(path), str(path)), caps)
     assert len(problems) == 1
     assert problems[0].startswith("tensor type 31 (used by tok_embd.weight) is not supported")
 
 
 def test_unsupported_version_is_refused(tmp_path: Path, caps: EngineCaps) -> None:
     path = write_gguf(tmp_path / "m.gguf", version_patch=4)
-    problems = servable_problems(read_header(file_fetcher(path), str(path)), caps)
+    problems = header_problems(read_header(file_fetcher(path), str(path)), caps)
     assert problems[0].startswith("GGUF version 4 is not supported by this llama-server build (it reads versions 2, 3)")
 
 
@@ -123,7 +124,7 @@ def test_header_over_http_range_requests(http_dir: tuple[str, Path], tiny: Path,
     with httpx.Client() as client:
         header = read_header(http_fetcher(f"{base}/tiny.gguf", client), "tiny")
     assert header.architecture == "llama"
-    assert servable_problems(header, caps) == []
+    assert header_problems(header, caps) == []
     assert all(r.startswith("bytes=") for r in _RangeHandler.requested)
 
 
@@ -144,7 +145,8 @@ def test_inspect_and_cache_sources(http_dir: tuple[str, Path], tiny: Path, tmp_p
         local = inspect_source(f"file://{tiny}", client)
         missing = inspect_source(f"{base}/nope.gguf", client)
     assert over_http.size_bytes == tiny.stat().st_size and over_http.format == "gguf"
-    assert over_http.architecture == "llama" and over_http.tensor_types == [0]
+    assert over_http.architecture == "llama"
+    assert over_http.tensor_types == {0: ["token_embd.weight", "blk.0.attn_norm.weight", "blk.0.attn_q.weight"]}
     assert local.size_bytes == tiny.stat().st_size and local.gguf_version == 3
     assert missing.error is not None and missing.size_bytes is None
     for info in (over_http, local, missing):
@@ -152,3 +154,29 @@ def test_inspect_and_cache_sources(http_dir: tuple[str, Path], tiny: Path, tmp_p
     cached = read_sources(facts)
     assert cached[f"file://{tiny}"] == local
     assert len(cached) == 3
+
+
+def test_catalog_validate_refuses_an_unservable_gguf(site: Callable[..., Path], tmp_path: Path, tiny: Path) -> None:
+    bad = write_gguf(tmp_path / "bad.gguf", arch="notamodel")
+    root = site({"catalog/m.yaml": f"""
+        models:
+          - name: good
+            source: file://{tiny}
+            profiles: [{{name: cpu, engine: llamacpp}}]
+          - name: bad
+            source: file://{bad}
+            profiles: [{{name: cpu, engine: llamacpp}}]
+          - name: other
+            source: file://{bad}x
+            profiles: [{{name: gpu, engine: vllm, gpus: 1}}]
+        """}, config=f"engine_artifacts: {engine_caps_path().parent}\n")
+    r = run_cli("-C", str(root), "catalog", "validate")
+    assert r.exit_code == 1
+    assert "catalog/m.yaml:5: models[1].source: architecture 'notamodel' is unknown to this llama-server build" \
+        in r.stderr
+    assert "good" not in r.stderr  # the servable model and the vllm-only one raise nothing
+    # recorded in the facts cache: the offline check gives the same answer without reading the files
+    assert len(list((root / "facts" / "sources").glob("*.json"))) == 2
+    bad.unlink()
+    r = run_cli("-C", str(root), "catalog", "validate", "--offline")
+    assert r.exit_code == 1 and "notamodel" in r.stderr

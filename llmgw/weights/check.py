@@ -1,0 +1,71 @@
+"""Servable before placed: catalog models whose GGUF the fleet's llama-server cannot load.
+
+`llmgw catalog validate` inspects sources it has not seen (network) and records them
+in the facts cache; `llmgw plan` reads only that record, so planning stays offline.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from llmgw.catalog import Catalog
+from llmgw.errors import Problem
+from llmgw.site import Site
+from llmgw.weights.servable import CAPS_FILE, EngineCaps, servable_problems
+from llmgw.weights.sources import SourceInfo, inspect_source, read_sources, write_source
+
+
+def engine_dir(site: Site) -> Path:
+    """Where the llama-server artifact (and its caps) live on this control host."""
+    if site.config.engine_artifacts:
+        return site.path(site.config.engine_artifacts)
+    return Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache" / "llmgw")) / "engine"
+
+
+@dataclass
+class Servability:
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sources: dict[str, SourceInfo] = field(default_factory=dict)
+
+
+def llamacpp_sources(catalog: Catalog) -> list[str]:
+    return sorted({m.source for m in catalog if any(p.engine == "llamacpp" for p in m.profiles)})
+
+
+def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool = False) -> Servability:
+    """Problems for unservable llama.cpp models; `inspect` lets it fetch headers it lacks."""
+    out = Servability(sources=read_sources(site.facts_dir))
+    wanted = llamacpp_sources(catalog)
+    todo = [s for s in wanted if refresh or s not in out.sources]
+    if inspect and todo:
+        with httpx.Client(timeout=30) as client:
+            for source in todo:
+                inspected = inspect_source(source, client)
+                write_source(site.facts_dir, inspected)
+                out.sources[source] = inspected
+    caps_path = engine_dir(site) / CAPS_FILE
+    caps = EngineCaps.load(caps_path) if caps_path.is_file() else None
+    if caps is None and wanted:
+        out.notes.append(f"llama-server capabilities not found at {caps_path}: GGUF models were not checked "
+                         "(scripts/build-engine writes them beside the binary)")
+    for model in catalog:
+        if model.source not in wanted:
+            continue
+        info = out.sources.get(model.source)
+        where = catalog.where(model.name)
+        if info is None:
+            out.notes.append(f"{model.name}: source not inspected yet; run `llmgw catalog validate`")
+        elif info.error:
+            out.notes.append(f"{model.name}: could not inspect {model.source}: {info.error}")
+        elif info.format == "gguf" and caps is not None:
+            header_reasons = servable_problems(info.gguf_version or 0, info.architecture,
+                                               info.tensor_types or {}, caps)
+            out.problems.extend(Problem(where.file, where.line, f"models[{where.index}].source", reason)
+                                for reason in header_reasons)
+    return out
+
