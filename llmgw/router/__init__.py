@@ -1,0 +1,24 @@
+"""The router: the OpenAI gateway in front of the replicas recorded in the state file.
+
+    app.py         Router (table, keys, usage, health, on demand) and the three listeners
+    proxy.py       the hot path: forward, retry before the first byte, stream back
+    streaming.py   usage out of SSE streams (and removing the usage event we asked for)
+    table.py       routing table from the state, per-replica runtime, least-outstanding pick
+    health.py      active health checks; passive marking lives on the replica runtime
+    statewatch.py  following the state file
+    auth.py        API keys from an in-memory cache; the exact auth-exempt paths
+    quotas.py      group limits (requests per minute, tokens per day)
+    usage.py       usage counters, written to the store in batches
+    metrics.py     Prometheus
+    ondemand.py    the Activator seam for min-0 models, and idle stops
+    landing.py     the page at /
+    server.py      uvicorn listeners in one process
+"""
+
+from llmgw.router.app import Router, admin_app, client_app, metrics_app
+from llmgw.router.ondemand import Activator
+from llmgw.router.server import RouterServer, make_session
+from llmgw.router.settings import RouterSettings
+
+__all__ = ["Activator", "Router", "RouterServer", "RouterSettings", "admin_app", "client_app", "make_session",
+           "metrics_app"]

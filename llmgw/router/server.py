@@ -1,0 +1,166 @@
+"""Running the router: one process, one event loop, several uvicorn listeners.
+
+The client, admin and metrics listeners are separate uvicorn servers sharing one
+loop and one `Router`, so they see the same table and counters without any IPC.
+Signals are handled here once for all of them (uvicorn's own handling would only
+stop the last server started). On stop, listeners close first, in-flight requests get
+`graceful_timeout` seconds to finish, then the background loops stop and the last
+usage counts are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import uvicorn
+
+from llmgw.errors import UsageError
+from llmgw.router.app import Router, admin_app, client_app, metrics_app
+from llmgw.router.ondemand import Activator
+from llmgw.router.settings import RouterSettings
+from llmgw.store import Store
+
+log = logging.getLogger("llmgw.router")
+
+
+def parse_addr(text: str, *, default_host: str) -> tuple[str, int]:
+    """`HOST:PORT`, `:PORT`, `PORT` or `[V6]:PORT`."""
+    host, port_text = default_host, text
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest.removeprefix(":")
+    elif ":" in text:
+        host, _, port_text = text.rpartition(":")
+        host = host or default_host
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UsageError(f"cannot read the address {text!r}", hint="write HOST:PORT, e.g. 127.0.0.1:8001") from None
+    if not 0 <= port <= 65535:
+        raise UsageError(f"port {port} in {text!r} is out of range")
+    return host, port
+
+
+def make_session(settings: RouterSettings) -> aiohttp.ClientSession:
+    """The upstream client the benchmark chose: aiohttp, unlimited pool, no decompression.
+
+    Connect timeout lives here; first-byte and chunk-gap timeouts are per request
+    (proxy.py), since they differ by phase.
+    """
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # RouterServer handles signals for every listener at once
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}",
+                         hint="choose a free port, or stop what holds this one") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class RouterServer:
+    state_path: Path
+    store: Store
+    listen: tuple[str, int]
+    admin_listen: tuple[str, int]
+    metrics_listen: tuple[str, int] | None = None
+    settings: RouterSettings = field(default_factory=RouterSettings)
+    activator: Activator | None = None
+    # Called inside the loop to make the upstream session; tests hand in their own.
+    session_factory: Callable[[], aiohttp.ClientSession] | None = None
+    graceful_timeout: int = 30
+    # Filled once listening: listener name -> (host, port) actually bound.
+    addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
+    router: Router | None = None
+    started: threading.Event = field(default_factory=threading.Event)
+    _servers: list[uvicorn.Server] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stop_requested: bool = False
+
+    def _config(self, app: Any) -> uvicorn.Config:
+        return uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, http="httptools",
+                              ws="none", proxy_headers=False, server_header=False, date_header=False,
+                              timeout_keep_alive=75, timeout_graceful_shutdown=self.graceful_timeout)
+
+    async def run(self, *, install_signals: bool = False) -> None:
+        self._loop = asyncio.get_running_loop()
+        own_session = self.session_factory is None
+        session = make_session(self.settings) if self.session_factory is None else self.session_factory()
+        router = self.router = Router(state_path=self.state_path, store=self.store, session=session,
+                                      settings=self.settings, activator=self.activator)
+        sockets: list[socket.socket] = []
+        try:
+            await router.start()
+            plan: list[tuple[str, tuple[str, int], Any]] = [
+                ("client", self.listen, client_app(router)), ("admin", self.admin_listen, admin_app(router))]
+            if self.metrics_listen is not None:
+                plan.append(("metrics", self.metrics_listen, metrics_app(router)))
+            for name, (host, port), app in plan:
+                sock = _bind(host, port)
+                sockets.append(sock)
+                self.addresses[name] = sock.getsockname()[:2]
+                self._servers.append(_Server(self._config(app)))
+            if self._stop_requested:
+                self.stop()
+            if install_signals:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    self._loop.add_signal_handler(sig, self.stop)
+            serving = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(self._servers, sockets,
+                                                                                   strict=True)]
+            while not all(s.started for s in self._servers):
+                if any(t.done() for t in serving):
+                    break
+                await asyncio.sleep(0.01)
+            for name, addr in self.addresses.items():
+                log.info("%s listener on http://%s:%d", name, *addr)
+            self.started.set()
+            await asyncio.gather(*serving)
+        finally:
+            self.started.set()
+            await router.stop()
+            if own_session:
+                await session.close()
+            for sock in sockets:
+                sock.close()
+
+    def stop(self) -> None:
+        """Ask every listener to shut down; safe from any thread."""
+        self._stop_requested = True
+
+        def go() -> None:
+            for s in self._servers:
+                s.should_exit = True
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(go)
+        else:
+            go()

@@ -1,0 +1,39 @@
+"""The router's tunables, in one place, with the defaults `llmgw router serve` uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    # Upstream timeouts (seconds). "First byte" covers the wait for the response
+    # headers and the first body chunk; for a non-streamed completion that is the whole
+    # generation, so it is long. "Chunk gap" is the longest silence inside a body.
+    connect_timeout: float = 5.0
+    first_byte_timeout: float = 600.0
+    chunk_gap_timeout: float = 120.0
+    # Largest request body accepted (bytes); more is refused with 413.
+    max_body_bytes: int = 16 * 1024 * 1024
+    # Attempts per request, across replicas and fallbacks, before giving up with 503.
+    max_attempts: int = 4
+    # Active health checks: GET <endpoint>/health every `health_interval` seconds.
+    health_interval: float = 2.0
+    health_timeout: float = 2.0
+    # Passive marking: a failed replica is skipped for backoff_base * 2**(n-1) seconds
+    # after its n-th consecutive failure, at most backoff_max; then one request may try it.
+    backoff_base: float = 1.0
+    backoff_max: float = 30.0
+    # How often the state file is checked for changes (stat only; read when changed).
+    state_poll_interval: float = 0.5
+    # Key cache refresh, and the shortest gap between store reads forced by unknown keys.
+    key_refresh_interval: float = 2.0
+    key_miss_refresh_interval: float = 1.0
+    # Usage and request counters are written to the store in batches this often.
+    usage_flush_interval: float = 1.0
+    # On demand: how long a request waits for a replica to be started; how often idle
+    # on-demand replicas are looked for.
+    activation_timeout: float = 300.0
+    idle_check_interval: float = 5.0
+    # Retry-After (seconds) sent with 503 when nothing can serve a model.
+    retry_after: int = 5

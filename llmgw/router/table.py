@@ -1,0 +1,161 @@
+"""The routing table: the applied state as the router sees it, plus what it learns.
+
+The state file says what exists (models, replicas, their `starting|ready|draining`
+state); the router adds per-replica runtime facts — health, in-flight count, last use,
+consecutive failures — that outlive any one state reload. A reload builds a new
+immutable table but keeps each replica's runtime object by id, so a request running
+on a replica that turns `draining` keeps counting against it until it finishes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from llmgw.state import ModelRecord, Replica, State
+
+Health = Literal["unknown", "healthy", "unhealthy"]
+
+
+class ReplicaRuntime:
+    """What the router knows about one replica beyond the state file."""
+
+    __slots__ = ("backoff_until", "endpoint", "failures", "first_seen", "health", "id", "in_flight",
+                 "last_active", "last_error", "last_used", "model", "record", "requests", "state")
+
+    def __init__(self, record: Replica) -> None:
+        self.id = record.id
+        self.record = record
+        self.model = record.model
+        self.state = record.state
+        self.endpoint = record.endpoint.rstrip("/")
+        self.in_flight = 0
+        self.requests = 0
+        self.last_used: float | None = None  # wall clock (time.time()) of the last request start or end
+        self.health: Health = "unknown"
+        self.failures = 0
+        self.backoff_until = 0.0  # monotonic
+        self.last_error: str | None = None
+        self.first_seen = time.monotonic()
+        self.last_active = self.first_seen  # monotonic: last request start or end, else first seen
+
+    def update(self, record: Replica) -> None:
+        self.record = record
+        self.model = record.model
+        self.state = record.state
+        endpoint = record.endpoint.rstrip("/")
+        if endpoint != self.endpoint:
+            # A new address is a new process: forget what we learnt about the old one.
+            self.endpoint = endpoint
+            self.health = "unknown"
+            self.failures = 0
+            self.backoff_until = 0.0
+
+    def begin(self) -> None:
+        self.in_flight += 1
+        self.requests += 1
+        self.last_used = time.time()
+        self.last_active = time.monotonic()
+
+    def end(self) -> None:
+        self.in_flight -= 1
+        self.last_used = time.time()
+        self.last_active = time.monotonic()
+
+    def routable(self, now: float) -> bool:
+        """May a new request go here? Only `ready`, and not inside a failure backoff."""
+        return self.state == "ready" and (self.health != "unhealthy" or now >= self.backoff_until)
+
+    def mark_failure(self, error: str, *, base: float, cap: float, now: float | None = None) -> None:
+        self.failures += 1
+        self.health = "unhealthy"
+        self.last_error = error
+        delay = min(cap, base * (2 ** min(self.failures - 1, 16)))
+        self.backoff_until = (time.monotonic() if now is None else now) + delay
+
+    def mark_healthy(self) -> None:
+        self.health = "healthy"
+        self.failures = 0
+        self.backoff_until = 0.0
+
+
+@dataclass
+class ModelEntry:
+    """One model of the state with its replicas (every state) in state-file order."""
+
+    record: ModelRecord
+    replicas: list[ReplicaRuntime] = field(default_factory=list)
+    rotation: int = 0  # spreads ties between equally loaded replicas
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def on_demand(self) -> bool:
+        return self.record.scaling.min == 0
+
+    def routable(self, now: float) -> list[ReplicaRuntime]:
+        return [r for r in self.replicas if r.routable(now)]
+
+    def pick(self, exclude: set[str], now: float) -> ReplicaRuntime | None:
+        """Least outstanding requests among routable replicas not yet tried."""
+        replicas = self.replicas
+        n = len(replicas)
+        if n == 0:
+            return None
+        self.rotation = (self.rotation + 1) % n
+        best: ReplicaRuntime | None = None
+        for i in range(n):
+            r = replicas[(self.rotation + i) % n]
+            if r.id in exclude or not r.routable(now):
+                continue
+            if best is None or r.in_flight < best.in_flight:
+                best = r
+        return best
+
+
+class RoutingTable:
+    """An immutable view of one state serial; lookups by name or alias."""
+
+    def __init__(self, state: State, previous: dict[str, ReplicaRuntime] | None = None) -> None:
+        previous = previous or {}
+        self.serial = state.serial
+        self.lineage = state.lineage
+        self.models: dict[str, ModelEntry] = {m.name: ModelEntry(m) for m in state.models}
+        self.names: dict[str, ModelEntry] = {}
+        for m in self.models.values():
+            for alias in m.record.aliases:
+                self.names[alias] = m
+        for m in self.models.values():  # a real name wins over a clashing alias
+            self.names[m.name] = m
+        self.replicas: dict[str, ReplicaRuntime] = {}
+        for rec in state.replicas:
+            rt = previous.get(rec.id)
+            if rt is None:
+                rt = ReplicaRuntime(rec)
+            else:
+                rt.update(rec)
+            self.replicas[rec.id] = rt
+            entry = self.models.get(rec.model)
+            if entry is not None:
+                entry.replicas.append(rt)
+
+    @classmethod
+    def empty(cls) -> RoutingTable:
+        return cls(State(lineage=""))
+
+    def resolve(self, name: str) -> ModelEntry | None:
+        return self.names.get(name)
+
+    def chain(self, entry: ModelEntry) -> list[ModelEntry]:
+        """The model, then its fallbacks in order (each once, unknown ones skipped)."""
+        out = [entry]
+        seen = {entry.name}
+        for fb in entry.record.fallbacks:
+            e = self.models.get(fb)
+            if e is not None and e.name not in seen:
+                seen.add(e.name)
+                out.append(e)
+        return out
