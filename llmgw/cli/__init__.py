@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "llmgw.cli.catalog_cmd",
     "llmgw.cli.lab_cmd",
     "llmgw.cli.fabrics_cmd",
+    "llmgw.cli.router_cmd",
+    "llmgw.cli.keys_cmd",
 ]
 
 
