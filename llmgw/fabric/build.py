@@ -197,8 +197,10 @@ def _notes(cables: list[RawCable], hosts: dict[str, tuple[Adapter, ...]]) -> lis
                      "at each end; each counts at the slower one")
     unknown = sum(1 for c in cables if not c.rate.known)
     if unknown:
-        notes.append(f"{unknown} cable{'s' if unknown != 1 else ''} report a rate "
-                     "ibnetdiscover could not name (?? or ???); they are not judged")
+        one = unknown == 1
+        notes.append(f"{unknown} cable{'' if one else 's'} report{'s' if one else ''} a rate "
+                     f"ibnetdiscover could not name (?? or ???); {'it is' if one else 'they are'} "
+                     "not judged")
     for host, ads in hosts.items():
         seen = Counter(a.rail for a in ads)
         for rail, n in sorted(seen.items()):

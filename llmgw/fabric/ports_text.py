@@ -47,6 +47,7 @@ def _key(type_: str, guid: int) -> str:
 def parse_ports(text: str, source: str) -> Graph:
     """The -p format into a Graph; every line is understood or the whole text fails."""
     g = Graph(source=source, format="ibnetdiscover -p")
+    listed: dict[str, tuple[set[int], int]] = {}  # node -> every port it lists, last line
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
         if not line:
@@ -63,11 +64,13 @@ def parse_ports(text: str, source: str) -> Graph:
                            description=m["desc"], line=n,
                            lid=int(m["lid"]) if kind == "switch" else None)
             g.nodes[key] = node
+        seen = listed.setdefault(key, (set(), n))[0]
+        if port in seen:
+            raise g.error(n, f"port {port} of {node.description!r} is listed twice")
+        seen.add(port)
+        listed[key] = (seen, n)
         if m.re is UNCONNECTED:
             continue
-        if port in node.ports:
-            raise g.error(n, f"port {port} of {node.description!r} is listed twice (first on "
-                          f"line {node.ports[port].line})")
         node.ports[port] = RawPort(
             port=port, peer=_key(m["ptype"], int(m["pguid"], 16)), peer_port=int(m["pport"]),
             rate=Rate(m["width"], m["speed"]), line=n,
@@ -75,6 +78,15 @@ def parse_ports(text: str, source: str) -> Graph:
             lid=int(m["lid"]) if kind != "switch" else None)
     if not g.nodes:
         raise g.error(1, "found no port line at all: expected `ibnetdiscover -p` output")
+    # Every port of a switch is listed, highest first; a switch whose list stops short of
+    # port 1 was cut off, and the cables on its missing ports would vanish unnoticed.
+    for key, (seen, last) in listed.items():
+        node = g.nodes[key]
+        if node.kind == "switch" and seen != set(range(1, max(seen) + 1)):
+            missing = sorted(set(range(1, max(seen) + 1)) - seen)
+            raise g.error(last, f"switch {node.description!r} lists no port {missing[0]}: "
+                          f"expected every port from {max(seen)} down to 1 (the capture looks "
+                          "truncated)")
     g.validate()
     return g
 
