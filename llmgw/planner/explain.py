@@ -1,0 +1,152 @@
+"""`llmgw explain MODEL`: every candidate node per profile, and why it was or was not chosen.
+
+Explain runs the very same plan as `llmgw plan`, recording each placement attempt of
+the one model, so what it says is what the plan did, not a second opinion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmgw.catalog import Model, Profile
+from llmgw.errors import PlanError
+from llmgw.planner.inputs import PlanInputs
+from llmgw.planner.placement import Verdict
+from llmgw.planner.plan import Attempt, Plan, PlannedReplica, Trace, traced_plan
+
+
+@dataclass(frozen=True)
+class Explanation:
+    model: Model
+    plan: Plan
+    trace: Trace
+
+    @property
+    def replicas(self) -> list[PlannedReplica]:
+        return [r for r in self.plan.desired.replicas if r.model == self.model.name]
+
+    @property
+    def status(self) -> str:
+        placed = len(self.replicas)
+        unplaced = next((u for u in self.plan.unplaced if u.model == self.model.name), None)
+        if self.model.scaling.min == 0 and not self.trace.attempts:
+            return "on demand"
+        if unplaced is not None:
+            return "partly placed" if placed else "not placed"
+        return "placed"
+
+
+def explain(inputs: PlanInputs, name: str) -> Explanation:
+    """Explain model `name` (or an alias); a name the catalog does not know is an error that says so."""
+    model = inputs.catalog.resolve(name)
+    if model is None:
+        in_state = sorted(r.id for r in inputs.state.replicas if r.model == name)
+        if in_state:
+            raise PlanError(f"{name} is not in the catalog, so it is never placed; the plan destroys its "
+                            f"replicas ({', '.join(in_state)})")
+        known = ", ".join(m.name for m in inputs.catalog) or "none"
+        raise PlanError(f"{name} is not in the catalog, so it is never placed",
+                        hint=f"models in the catalog: {known}")
+    plan, trace = traced_plan(inputs, model.name)
+    return Explanation(model, plan, trace)
+
+
+def describe_profile(p: Profile) -> str:
+    parts = [p.engine, f"{p.nodes} node{'s' if p.nodes != 1 else ''} x {p.gpus} GPU{'s' if p.gpus != 1 else ''}"]
+    if p.gpu_class:
+        parts.append(p.gpu_class)
+    if p.min_memory_gb:
+        parts.append(f">= {p.min_memory_gb:g} GB memory")
+    if p.node_selector:
+        parts.append("node_selector " + ", ".join(f"{k}={v}" for k, v in sorted(p.node_selector.items())))
+    return ", ".join(parts)
+
+
+def _verdict_line(v: Verdict, chosen: list[str]) -> str:
+    if v.reason is not None:
+        return f"    {v.reason}"
+    if v.fabric is not None:
+        return f"    fabric {v.fabric}: enough nodes free"
+    assert v.node is not None
+    return f"    {v.node}: chosen" if v.node in chosen else f"    {v.node}: fits"
+
+
+def _attempt_lines(model: Model, attempt: Attempt) -> list[str]:
+    lines = [f"Placing {attempt.replica}:"]
+    tried = {name: (vs, chosen) for name, vs, chosen in attempt.profiles}
+    winner = next((name for name, _, chosen in attempt.profiles if chosen), None)
+    for p in model.profiles:
+        if p.name not in tried:
+            lines.append(f"  profile {p.name} ({describe_profile(p)}): not tried; {winner} placed the replica")
+            continue
+        vs, chosen = tried[p.name]
+        verdict = "placed it" if chosen else "no node fits"
+        lines.append(f"  profile {p.name} ({describe_profile(p)}): {verdict}")
+        lines.extend(_verdict_line(v, chosen) for v in vs)
+    return lines
+
+
+def _where(r: PlannedReplica) -> str:
+    shards = "; ".join(f"{s.node} GPUs [{', '.join(map(str, s.gpus))}] port {s.port}" for s in r.shards)
+    return f"{r.id} on {shards}, profile {r.profile}"
+
+
+def render_explanation(e: Explanation) -> str:
+    m = e.model
+    head = m.name + (f" (aliases: {', '.join(m.aliases)})" if m.aliases else "")
+    s = m.scaling
+    out = [f"{head}: scaling min {s.min}, max {s.maximum}."]
+    replicas = e.replicas
+    status = e.status
+    if status == "on demand":
+        out.append(f"On demand: the plan places no replica; a router starts one on the first request "
+                   f"(at most {s.maximum}). Placement is never attempted by the plan.")
+    elif status == "placed":
+        out.append(f"Placed: {len(replicas)} replica{'s' if len(replicas) != 1 else ''}.")
+    else:
+        u = next(u for u in e.plan.unplaced if u.model == m.name)
+        out.append(f"Not placed: {u.placed} of {u.wanted} replicas placed.")
+        out.extend(f"  {nm.replica}: {nm.reason}" for nm in u.not_moved)
+    for r in replicas:
+        how = "new in this plan" if r.status == "new" else "runs there now (kept)"
+        out.append(f"  {_where(r)}: {how}")
+    for a in e.trace.attempts:
+        out.append("")
+        out.extend(_attempt_lines(m, a))
+    if not e.trace.attempts:
+        out.append("")
+        if status != "on demand":
+            out.append("No placement was attempted: every replica the catalog asks for already runs.")
+        out.append("Where another replica would go now:")
+        for p in m.profiles:
+            out.append(f"  profile {p.name} ({describe_profile(p)}):")
+            out.extend(_verdict_line(v, []) for v in e.trace.final_verdicts.get(p.name, []))
+    notes = [n for n in e.plan.notes]
+    if notes:
+        out += ["", "Notes:", *(f"  {n}" for n in notes)]
+    return "\n".join(out) + "\n"
+
+
+def _verdict_json(v: Verdict, chosen: list[str]) -> dict[str, Any]:
+    return {"node": v.node, "fabric": v.fabric, "fits": v.reason is None, "reason": v.reason,
+            "chosen": v.node is not None and v.node in chosen}
+
+
+def explanation_json(e: Explanation) -> dict[str, Any]:
+    m = e.model
+    return {
+        "model": m.name,
+        "aliases": list(m.aliases),
+        "scaling": {"min": m.scaling.min, "max": m.scaling.maximum},
+        "status": e.status,
+        "replicas": [r.model_dump(mode="json") for r in e.replicas],
+        "attempts": [{"replica": a.replica,
+                      "profiles": [{"profile": name, "chosen": chosen,
+                                    "verdicts": [_verdict_json(v, chosen) for v in vs]}
+                                   for name, vs, chosen in a.profiles]}
+                     for a in e.trace.attempts],
+        "now": {name: [_verdict_json(v, []) for v in vs] for name, vs in e.trace.final_verdicts.items()},
+        "unplaced": [u.model_dump(mode="json") for u in e.plan.unplaced if u.model == m.name],
+        "notes": list(e.plan.notes),
+    }

@@ -1,0 +1,242 @@
+"""The fleet as placement sees it: per node what it has (static) and what is taken (dynamic).
+
+Static facts (GPUs, memory, filesystems, fabrics) are read once. Usage (GPUs, memory,
+ports, weights on the way to a filesystem) only grows while a plan is made: replicas
+are created before old ones are destroyed, so nothing freed in this plan is reused.
+That monotonicity is what lets the GPU index below stay cheap and correct.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlparse
+
+from llmgw.facts.model import Filesystem, Gpu, HostFacts
+from llmgw.inventory import Host
+from llmgw.planner.inputs import FabricIndex
+from llmgw.site import PortRange
+
+MB_PER_GB = 1024
+BYTES_PER_GB = 1024**3
+
+
+def fmt_gb(value: float) -> str:
+    """A size in GB as an operator reads it: `8`, `7.8`, `0.5`."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+@dataclass(frozen=True)
+class GpuPool:
+    """The GPUs of one class on a node (all classes when the class is None)."""
+
+    total: tuple[int, ...]
+    healthy: tuple[int, ...]
+    unhealthy: tuple[Gpu, ...]
+
+
+@dataclass
+class NodeView:
+    """One inventory node: its facts, distilled, and what this plan has taken of it."""
+
+    name: str
+    ordinal: int  # position in name order: the deterministic tie-break everywhere
+    host: Host
+    facts: HostFacts | None
+    mem_mb: int | None
+    cache_fs: Filesystem | None
+    disk_key: str | None
+    cache_names: frozenset[str]
+    file_paths: frozenset[str]
+    file_basenames: frozenset[str]
+    fabrics: tuple[str, ...]
+    leaves: dict[str, tuple[tuple[str, str], ...]]
+    degraded: dict[str, bool]
+    used: set[int] = field(default_factory=set)
+    mem_reserved_mb: float = 0.0
+    ports: set[int] = field(default_factory=set)
+    _pools: dict[str | None, GpuPool] = field(default_factory=dict, repr=False)
+
+    @property
+    def gpus(self) -> list[Gpu] | None:
+        return None if self.facts is None else self.facts.gpus
+
+    def pool(self, gpu_class: str | None) -> GpuPool:
+        cached = self._pools.get(gpu_class)
+        if cached is None:
+            gpus = [g for g in (self.gpus or []) if gpu_class is None or g.gpu_class == gpu_class]
+            gpus.sort(key=lambda g: g.index)
+            cached = GpuPool(tuple(g.index for g in gpus), tuple(g.index for g in gpus if g.healthy),
+                             tuple(g for g in gpus if not g.healthy))
+            self._pools[gpu_class] = cached
+        return cached
+
+    def free(self, gpu_class: str | None) -> list[int]:
+        return [i for i in self.pool(gpu_class).healthy if i not in self.used]
+
+    def free_count(self, gpu_class: str | None) -> int:
+        pool = self.pool(gpu_class)
+        return len(pool.healthy) - sum(1 for i in pool.healthy if i in self.used)
+
+    @property
+    def partly_used(self) -> bool:
+        return bool(self.used)
+
+    def holds(self, source: str, name: str) -> bool:
+        """Whether the weights of `source` are on this node: llmgw's cache entry, or the operator's file."""
+        if name in self.cache_names:
+            return True
+        path = _file_path(source)
+        if path is not None and path in self.file_paths:
+            return True
+        return _basename(source) in self.file_basenames
+
+    def free_port(self, ports: PortRange) -> int | None:
+        for p in range(ports.start, ports.end + 1):
+            if p not in self.ports:
+                return p
+        return None
+
+    @property
+    def mem_available_mb(self) -> float | None:
+        return None if self.mem_mb is None else self.mem_mb - self.mem_reserved_mb
+
+
+def _file_path(source: str) -> str | None:
+    parsed = urlparse(source)
+    return unquote(parsed.path) if parsed.scheme == "file" else None
+
+
+def _basename(source: str) -> str:
+    return source.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _cache_fs(host: Host, facts: HostFacts | None) -> Filesystem | None:
+    """The filesystem holding the node's cache dir: listed for it, else the longest mount prefix."""
+    if facts is None or not facts.filesystems:
+        return None
+    for fs in facts.filesystems:
+        if host.cache_dir in fs.paths:
+            return fs
+    best: Filesystem | None = None
+    for fs in facts.filesystems:
+        mount = fs.mount.rstrip("/") + "/"
+        if (host.cache_dir + "/").startswith(mount) and (best is None or len(fs.mount) > len(best.mount)):
+            best = fs
+    return best
+
+
+def node_view(ordinal: int, host: Host, facts: HostFacts | None, fabrics: FabricIndex) -> NodeView:
+    fs = _cache_fs(host, facts)
+    # A shared filesystem is one pool however many nodes mount it: weights fetched onto it
+    # once serve them all, and its free space is spent once.
+    disk_key = None if fs is None else (f"shared:{fs.device}" if fs.shared else f"{host.name}:{fs.mount}")
+    weights = (facts.weights if facts else None) or []
+    files = [w for w in weights if not w.cache]
+    fabric_ids = tuple(sorted(fabrics.fabrics_of(host.name)))
+    return NodeView(
+        name=host.name, ordinal=ordinal, host=host, facts=facts,
+        mem_mb=facts.memory_total_mb if facts else None, cache_fs=fs, disk_key=disk_key,
+        cache_names=frozenset(w.cache_name for w in weights if w.cache and w.cache_name),
+        file_paths=frozenset(w.path for w in files),
+        file_basenames=frozenset(w.path.rstrip("/").rsplit("/", 1)[-1] for w in files),
+        fabrics=fabric_ids,
+        leaves={f: tuple(sorted(fabrics.leaves_of(host.name, f).items())) for f in fabric_ids},
+        degraded={f: fabrics.has_degraded_link(host.name, f) for f in fabric_ids},
+    )
+
+
+@dataclass(frozen=True)
+class StaticKey:
+    """What a profile asks of a node that no placement in this plan can change."""
+
+    gpu_class: str | None
+    selector: tuple[tuple[str, str], ...]
+    gpus: int
+    memory_gb: float
+    multi_node: bool
+
+
+class GpuIndex:
+    """The nodes that pass one StaticKey, bucketed by (partly used, free GPUs of the class).
+
+    Each bucket is a heap of node ordinals. A node that changes bucket is pushed into its
+    new one and left behind in the old, where it is skipped as stale: usage only grows,
+    so a node never returns to a bucket it left and no entry is ever pushed twice.
+    """
+
+    def __init__(self, key: StaticKey, nodes: list[NodeView]) -> None:
+        self.key = key
+        self.buckets: dict[tuple[bool, int], list[int]] = {}
+        self.max_free = 0
+        for n in nodes:
+            self.max_free = max(self.max_free, len(n.pool(key.gpu_class).healthy))
+            self.push(n)
+
+    def slot(self, node: NodeView) -> tuple[bool, int]:
+        return node.partly_used, node.free_count(self.key.gpu_class)
+
+    def push(self, node: NodeView) -> None:
+        heapq.heappush(self.buckets.setdefault(self.slot(node), []), node.ordinal)
+
+
+class Fleet:
+    """Every node, plus the shared accounting: weights on their way to each filesystem."""
+
+    def __init__(self, hosts: Mapping[str, Host], facts: Mapping[str, HostFacts], fabrics: FabricIndex,
+                 ports: PortRange) -> None:
+        self.ports = ports
+        self.fabric_index = fabrics
+        self.nodes = [node_view(i, hosts[name], facts.get(name), fabrics) for i, name in enumerate(sorted(hosts))]
+        self.by_name = {n.name: n for n in self.nodes}
+        self.pending: dict[str, set[str]] = {}  # disk key -> sources coming onto it in this plan
+        self.pending_bytes: dict[str, int] = {}
+        self.static_sets: dict[StaticKey, list[NodeView]] = {}
+        self.static_members: dict[StaticKey, frozenset[int]] = {}
+        self.indexes: dict[StaticKey, GpuIndex] = {}
+        self.member_of: dict[int, list[GpuIndex]] = {}
+        self._holders: dict[str, list[NodeView]] = {}
+
+    def holders(self, source: str, name: str) -> list[NodeView]:
+        """Nodes already holding `source`'s weights (facts only), in name order."""
+        found = self._holders.get(source)
+        if found is None:
+            found = [n for n in self.nodes if n.holds(source, name)]
+            self._holders[source] = found
+        return found
+
+    def index(self, key: StaticKey, members: list[NodeView]) -> GpuIndex:
+        idx = self.indexes.get(key)
+        if idx is None:
+            idx = GpuIndex(key, members)
+            self.indexes[key] = idx
+            for n in members:
+                self.member_of.setdefault(n.ordinal, []).append(idx)
+        return idx
+
+    def pending_on(self, node: NodeView, source: str) -> bool:
+        return node.disk_key is not None and source in self.pending.get(node.disk_key, ())
+
+    def disk_free(self, node: NodeView) -> int | None:
+        if node.cache_fs is None or node.disk_key is None:
+            return None
+        return node.cache_fs.free_bytes - self.pending_bytes.get(node.disk_key, 0)
+
+    def take(self, node: NodeView, gpus: Iterable[int], memory_gb: float, port: int | None,
+             source: str | None, name: str, size: int | None) -> None:
+        """Record that a shard uses these GPUs, memory, port and (unless present) disk for its weights."""
+        before = (node.partly_used, len(node.used))
+        node.used.update(gpus)
+        node.mem_reserved_mb += memory_gb * MB_PER_GB
+        if port is not None:
+            node.ports.add(port)
+        if source is not None and node.disk_key is not None and not node.holds(source, name):
+            coming = self.pending.setdefault(node.disk_key, set())
+            if source not in coming:
+                coming.add(source)
+                self.pending_bytes[node.disk_key] = self.pending_bytes.get(node.disk_key, 0) + (size or 0)
+        if (node.partly_used, len(node.used)) != before:
+            for idx in self.member_of.get(node.ordinal, ()):
+                idx.push(node)

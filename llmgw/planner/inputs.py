@@ -1,0 +1,93 @@
+"""Everything a plan is made from, gathered in one immutable bundle.
+
+The planner is a pure function of this bundle: no clock, no files, no network. The
+CLI loads it from a site (`llmgw.planner.load`); tests and the benchmark build it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from llmgw.catalog import Catalog
+from llmgw.facts.model import HostFacts
+from llmgw.inventory import Host
+from llmgw.site import PortRange
+from llmgw.state import State
+
+
+class FabricIndex(Protocol):
+    """What placement asks of the InfiniBand map (`llmgw.fabric` provides the real one).
+
+    Parameters are positional-only so any implementation's parameter names fit.
+    """
+
+    def fabrics_of(self, host: str, /) -> list[str]:
+        """Ids of the fabrics `host` has an adapter on (empty: none known)."""
+        ...
+
+    def leaves_of(self, host: str, fabric_id: str, /) -> dict[str, str]:
+        """Adapter name -> the leaf switch it is cabled to, on one fabric."""
+        ...
+
+    def has_degraded_link(self, host: str, fabric_id: str | None = None, /) -> bool:
+        """Whether any of `host`'s cables (on one fabric, or any) trained below full rate."""
+        ...
+
+    def share_leaf(self, hosts: list[str], fabric_id: str, /) -> bool:
+        """Whether every host in `hosts` hangs off one common leaf switch."""
+        ...
+
+    def rails_aligned(self, hosts: list[str], fabric_id: str, /) -> bool:
+        """Whether adapter N of every host is on the same leaf as adapter N of the others."""
+        ...
+
+
+@dataclass(frozen=True)
+class MapFabrics:
+    """A fabric index from plain maps: for tests, the benchmark, and a site with no fabrics.
+
+    `leaves` is host -> fabric id -> adapter -> leaf; `degraded` holds (host, fabric id)
+    pairs with a cable below full rate.
+    """
+
+    leaves: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    degraded: frozenset[tuple[str, str]] = frozenset()
+
+    def fabrics_of(self, host: str, /) -> list[str]:
+        return sorted(self.leaves.get(host, {}))
+
+    def leaves_of(self, host: str, fabric_id: str, /) -> dict[str, str]:
+        return dict(self.leaves.get(host, {}).get(fabric_id, {}))
+
+    def has_degraded_link(self, host: str, fabric_id: str | None = None, /) -> bool:
+        return any(h == host and (fabric_id is None or f == fabric_id) for h, f in self.degraded)
+
+    def share_leaf(self, hosts: list[str], fabric_id: str, /) -> bool:
+        sets = [set(self.leaves_of(h, fabric_id).values()) for h in hosts]
+        return bool(sets) and bool(set.intersection(*sets))
+
+    def rails_aligned(self, hosts: list[str], fabric_id: str, /) -> bool:
+        maps = [self.leaves_of(h, fabric_id) for h in hosts]
+        return bool(maps) and all(m == maps[0] for m in maps)
+
+
+NO_FABRICS = MapFabrics()
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The catalog, the fleet as facts and inventory describe it, and the last applied state.
+
+    `weight_sizes` maps a model source to its size in bytes; an absent or None size
+    is not known, and the disk filter then passes (unknown is not zero).
+    """
+
+    catalog: Catalog
+    nodes: Mapping[str, Host]
+    facts: Mapping[str, HostFacts]
+    state: State
+    fabrics: FabricIndex = NO_FABRICS
+    ports: PortRange = field(default_factory=PortRange)
+    weight_sizes: Mapping[str, int | None] = field(default_factory=dict)

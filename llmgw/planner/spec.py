@@ -1,0 +1,44 @@
+"""Names and fingerprints the plan hands out: replica ids, unit names, spec hashes.
+
+They live in one place because apply, facts (drift) and the router all meet them:
+a unit found on a host is matched back to its replica by name alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from llmgw.catalog import Model, Profile
+
+UNIT_RE = re.compile(r"^llmgw-(?P<replica>[a-z0-9][a-z0-9._-]*-\d+)-(?P<rank>\d+)\.service$")
+
+
+def unit_name(replica_id: str, rank: int) -> str:
+    """The systemd unit of one shard: `llmgw-<replica-id>-<rank>.service`."""
+    return f"llmgw-{replica_id}-{rank}.service"
+
+
+def parse_unit(name: str) -> tuple[str, int] | None:
+    """(replica id, rank) of a shard unit name; None for any other unit (the router's, ...)."""
+    m = UNIT_RE.match(name)
+    return (m.group("replica"), int(m.group("rank"))) if m else None
+
+
+def replica_number(replica_id: str, model: str) -> int | None:
+    """n of `<model>-<n>`, or None when the id was not made that way."""
+    prefix = model + "-"
+    tail = replica_id[len(prefix):] if replica_id.startswith(prefix) else ""
+    return int(tail) if tail.isdigit() else None
+
+
+def spec_hash(model: Model, profile: Profile) -> str:
+    """A fingerprint of everything a replica was made from: the source and the whole profile.
+
+    A replica whose recorded hash differs from its profile's current one is replaced:
+    its engine runs with a definition the catalog no longer holds.
+    """
+    doc = {"source": model.source, "profile": profile.model_dump(mode="json")}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
