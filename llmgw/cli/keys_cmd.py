@@ -118,7 +118,7 @@ def register(cli: click.Group) -> None:
     def list_(app: AppContext, include_revoked: bool, store_url: str | None, as_json: bool) -> None:
         """The keys (never the secrets): name, id, prefix, group, creation."""
         with opened(app, store_url) as store:
-            records = store.keys(include_revoked=include_revoked)
+            records = store.list_keys(include_revoked=include_revoked)
         if as_json:
             output.print_json({"keys": [key_json(k) for k in records]})
             return
@@ -149,8 +149,8 @@ def register(cli: click.Group) -> None:
         day = day or datetime.now(UTC).strftime("%Y-%m-%d")
         with opened(app, store_url) as store:
             rows = store.usage(day)
-            records = {k.id: k for k in store.keys(include_revoked=True)}
-            groups = {g.name: g for g in store.groups()}
+            records = {k.id: k for k in store.list_keys(include_revoked=True)}
+            groups = {g.name: g for g in store.list_groups()}
         per_key: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         per_group: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         for r in rows:
@@ -210,9 +210,9 @@ def register(cli: click.Group) -> None:
     def group_list(app: AppContext, store_url: str | None, as_json: bool) -> None:
         """The groups with their parents and limits."""
         with opened(app, store_url) as store:
-            groups = store.groups()
+            groups = store.list_groups()
             members: dict[str | None, int] = defaultdict(int)
-            for record in store.keys(include_revoked=False):
+            for record in store.list_keys(include_revoked=False):
                 members[record.group] += 1
         if as_json:
             output.print_json({"groups": [{**group_json(g), "keys": members[g.name]} for g in groups]})

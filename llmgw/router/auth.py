@@ -112,7 +112,7 @@ class KeyCache:
             self._refreshing = None
 
     def _read(self) -> tuple[list[KeyRecord], list[GroupRecord]]:
-        return self.store.keys(include_revoked=True), self.store.groups()
+        return self.store.list_keys(include_revoked=True), self.store.list_groups()
 
     def _install(self, keys: list[KeyRecord], groups: list[GroupRecord]) -> None:
         self.groups = {g.name: g for g in groups}

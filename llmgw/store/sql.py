@@ -153,7 +153,7 @@ class SqlStore:
         return f"{scheme}://{user}@{tail}"
 
     # -- groups --------------------------------------------------------------------------
-    def groups(self) -> list[GroupRecord]:
+    def list_groups(self) -> list[GroupRecord]:
         def go(cur: _Cursor) -> list[GroupRecord]:
             self._x(cur, "SELECT name, parent, rpm, tokens_per_day, created_at FROM llmgw_groups "
                          "ORDER BY name")
@@ -250,7 +250,7 @@ class SqlStore:
         self._run(go)
         return record, secret
 
-    def keys(self, *, include_revoked: bool = False) -> list[KeyRecord]:
+    def list_keys(self, *, include_revoked: bool = False) -> list[KeyRecord]:
         def go(cur: _Cursor) -> list[KeyRecord]:
             where = "" if include_revoked else " WHERE revoked_at IS NULL"
             self._x(cur, "SELECT id, name, group_name, prefix, hash, created_at, revoked_at "

@@ -1,0 +1,166 @@
+"""Router test fixtures: real llama-server processes, real routers on loopback, real stores.
+
+- `engines(...)` starts the real llama.cpp server with the tiny model on a free port;
+  a missing binary FAILS the test, saying how to build it.
+- `state` writes the state file the router reads (the same write_state apply uses).
+- `start_router(...)` runs `RouterServer` (the object `llmgw router serve` runs) in a
+  thread with its own event loop, on port 0, and hands back its addresses.
+- `pg_url` is a fresh schema in the PostgreSQL that scripts/start-postgres runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmgw.router import RouterServer, RouterSettings
+from llmgw.router.ondemand import Activator
+from llmgw.store import Store, open_store
+from tests.router.support import (
+    ENGINE,
+    FAST,
+    MODEL,
+    PG_DEFAULT,
+    REPO,
+    Engine,
+    RunningRouter,
+    StateFile,
+    free_port,
+    require_engine,
+    wait_until,
+)
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
+    """engines(name, parallel=4, ctx=4096, extra=[]) -> a running llama-server."""
+    require_engine()
+    started: list[Engine] = []
+
+    def start(name: str = "e", *, parallel: int = 4, ctx: int = 4096, extra: tuple[str, ...] = ()) -> Engine:
+        port = free_port()
+        log = tmp_path / f"engine-{name}-{port}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [str(ENGINE), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "--metrics",
+                 "--parallel", str(parallel), "-c", str(ctx), "--threads", "1", "--alias", name, *extra],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        eng = Engine(name, port, proc, log)
+        started.append(eng)
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+            try:
+                return httpx.get(eng.endpoint + "/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, 30, f"llama-server {name} on port {port}")
+        return eng
+
+    yield start
+    for e in started:
+        e.kill()
+
+
+# -- state --------------------------------------------------------------------------------
+@pytest.fixture
+def state(tmp_path: Path) -> StateFile:
+    return StateFile(tmp_path / "state.json")
+
+
+# -- stores -------------------------------------------------------------------------------
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(f"sqlite://{tmp_path / 'store.sqlite'}")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The PostgreSQL the test command starts (scripts/start-postgres); started here if down."""
+    import psycopg
+
+    url = os.environ.get("LLMGW_TEST_PG", PG_DEFAULT)
+
+    def reachable() -> str | None:
+        try:
+            psycopg.connect(url, connect_timeout=3).close()
+        except psycopg.Error as exc:
+            return str(exc)
+        return None
+
+    if reachable() is not None:
+        subprocess.run([str(REPO / "scripts" / "start-postgres")], check=False, capture_output=True)
+    problem = reachable()
+    if problem is not None:
+        pytest.fail(f"PostgreSQL at {url} is not reachable ({problem.strip()}): run scripts/start-postgres "
+                    "(scripts/setup-host installs and starts it)", pytrace=False)
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh schema in the test database, as a store URL (search_path set through options)."""
+    import psycopg
+
+    schema = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in pg_server else "?"
+    yield f"{pg_server}{sep}options=-csearch_path%3D{schema}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+# -- routers ------------------------------------------------------------------------------
+@pytest.fixture
+def start_router(sqlite_store: Store) -> Iterator[Callable[..., RunningRouter]]:
+    running: list[RunningRouter] = []
+
+    def start(state_path: Path, *, store: Store | None = None, settings: RouterSettings = FAST,
+              activator: Activator | None = None, metrics: bool = False) -> RunningRouter:
+        server = RouterServer(state_path=state_path, store=store or sqlite_store, listen=("127.0.0.1", 0),
+                              admin_listen=("127.0.0.1", 0),
+                              metrics_listen=("127.0.0.1", 0) if metrics else None,
+                              settings=settings, activator=activator, graceful_timeout=5)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            import uvloop
+
+            try:
+                uvloop.run(server.run())
+            except BaseException as exc:  # surfaced by the test through `errors`
+                errors.append(exc)
+                server.started.set()
+
+        thread = threading.Thread(target=run, name="router", daemon=True)
+        thread.start()
+        assert server.started.wait(30), "router did not start"
+        if errors:
+            raise errors[0]
+        rr = RunningRouter(server, thread, store or sqlite_store, errors)
+        running.append(rr)
+        return rr
+
+    yield start
+    for rr in running:
+        with contextlib.suppress(AssertionError):
+            rr.stop()
+
+
+@pytest.fixture
+def api_key(sqlite_store: Store) -> str:
+    return sqlite_store.create_key("tester")[1]
+

@@ -1,0 +1,163 @@
+"""Router test helpers (the fixtures in conftest.py use them).
+
+- `engines(...)` starts the real llama.cpp server with the tiny model on a free port;
+  a missing binary FAILS the test, saying how to build it.
+- `state` writes the state file the router reads (the same write_state apply uses).
+- `start_router(...)` runs `RouterServer` (the object `llmgw router serve` runs) in a
+  thread with its own event loop, on port 0, and hands back its addresses.
+- `pg_url` is a fresh schema in the PostgreSQL that scripts/start-postgres runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from llmgw.router import RouterServer, RouterSettings
+from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard, State, read_state, write_state
+from llmgw.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache" / "llmgw"))
+ENGINE = CACHE / "engine" / "llama-server"
+MODEL = CACHE / "models" / "tiny.gguf"
+PG_DEFAULT = "postgresql://llmgw:llmgw@127.0.0.1:5432/llmgw_test"
+
+# Quick loops so tests see changes within a fraction of a second.
+FAST = RouterSettings(health_interval=0.3, health_timeout=1.0, state_poll_interval=0.1,
+                      key_refresh_interval=0.3, key_miss_refresh_interval=0.2, usage_flush_interval=0.2,
+                      backoff_base=0.5, backoff_max=2.0, first_byte_timeout=30.0, chunk_gap_timeout=10.0,
+                      activation_timeout=30.0, idle_check_interval=0.2, retry_after=1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll until pred() is truthy (a bounded wait for a real process, not a speed check)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+# -- engines ------------------------------------------------------------------------------
+@dataclass
+class Engine:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.endpoint + "/v1", api_key="direct", max_retries=0, timeout=60)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def require_engine() -> None:
+    if not (ENGINE.is_file() and os.access(ENGINE, os.X_OK)):
+        pytest.fail(f"the llama-server binary is missing at {ENGINE}: run scripts/setup-host "
+                    "(it builds the engine and the tiny model into $LLMGW_CACHE)", pytrace=False)
+    if not MODEL.is_file():
+        pytest.fail(f"the tiny model is missing at {MODEL}: run scripts/setup-host", pytrace=False)
+
+
+
+def model(name: str, *, aliases: tuple[str, ...] = (), fallbacks: tuple[str, ...] = (), min: int = 1,
+          idle_timeout: int = 0) -> ModelRecord:
+    return ModelRecord(name=name, aliases=list(aliases), fallbacks=list(fallbacks),
+                       scaling=ScalingRecord(min=min, max=max(min, 1), idle_timeout=idle_timeout))
+
+
+def replica(rid: str, model_name: str, endpoint: str, state: str = "ready") -> Replica:
+    port = int(endpoint.rsplit(":", 1)[1])
+    return Replica(id=rid, model=model_name, profile="cpu", engine="llamacpp", state=state,  # type: ignore[arg-type]
+                   endpoint=endpoint, shards=[Shard(node="localhost", rank=0, port=port, unit=f"llmgw-{rid}")])
+
+
+@dataclass
+class StateFile:
+    path: Path
+
+    def write(self, models: list[ModelRecord], replicas: list[Replica]) -> State:
+        current = read_state(self.path)
+        return write_state(self.path, State(lineage=current.lineage, models=models, replicas=replicas))
+
+    def set_replica_state(self, rid: str, new_state: str) -> State:
+        current = read_state(self.path)
+        reps = [r.model_copy(update={"state": new_state}) if r.id == rid else r for r in current.replicas]
+        return write_state(self.path, current.model_copy(update={"replicas": reps}))
+
+    def read(self) -> State:
+        return read_state(self.path)
+
+
+@dataclass
+class RunningRouter:
+    server: RouterServer
+    thread: threading.Thread
+    store: Store
+    errors: list[BaseException] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.addresses['client'][1]}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.addresses['admin'][1]}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.addresses['metrics'][1]}"
+
+    def client(self, key: str, **kw: Any) -> openai.OpenAI:
+        kw.setdefault("timeout", 60)
+        return openai.OpenAI(base_url=self.base_url + "/v1", api_key=key, max_retries=0, **kw)
+
+    def admin(self, path: str) -> Any:
+        r = httpx.get(self.admin_url + path, timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+    def replica(self, rid: str) -> dict[str, Any]:
+        return next(r for r in self.admin("/api/v1/replicas")["replicas"] if r["id"] == rid)
+
+    def wait_serial(self, serial: int) -> None:
+        wait_until(lambda: self.admin("/api/v1/replicas")["serial"] >= serial, 10, f"state serial {serial}")
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "router did not stop"
+
+
