@@ -20,6 +20,9 @@ from llmgw.fabric import Fabric, FabricIndex, fabrics_from_facts, parse_ibnetdis
 from llmgw.facts.model import HostFacts
 
 
+CAPTURE_PREFIX = "ibnetdiscover from "  # how fabrics_from_facts names a capture's source
+
+
 def load_facts(facts_dir: Path) -> list[HostFacts]:
     """Every host's facts in the cache; a missing cache is an empty one."""
     if not facts_dir.is_dir():
@@ -138,11 +141,11 @@ def register(cli: click.Group) -> None:
             output.console.print(f"No fabrics: no host's facts under {app.site.facts_dir} carry "
                                  "ibnetdiscover output.", markup=False, soft_wrap=True)
             return
-        rows = [[f.id, tiers_text(f), str(len(f.hosts)), str(len(f.links)),
-                 str(len(f.degraded_links)), f.rails.status, f.source]
+        rows = [[f.id, tiers_text(f), str(len(f.hosts)), str(len(f.degraded_links)),
+                 f.rails.status, f.source.removeprefix(CAPTURE_PREFIX)]
                 for f in index.fabrics.values()]
         output.console.print(output.table(
-            ["FABRIC", "SWITCHES", "HOSTS", "LINKS", "DEGRADED", "RAILS", "CAPTURED"], rows))
+            ["FABRIC", "SWITCHES", "HOSTS", "DEGRADED", "RAILS", "FROM"], rows))
 
     @fabrics.command("show")
     @click.argument("fabric_id", metavar="ID")

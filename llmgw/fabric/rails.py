@@ -72,18 +72,27 @@ def compute_rails(hosts: Mapping[str, Sequence[Adapter]]) -> Rails:
                 problems.setdefault((host, rail), (
                     f"{host} {rail} is on {a.switch} port {a.switch_port}, a leaf that carries "
                     f"{carried} for {per_leaf[a.switch_guid][carried]} hosts"))
+        # Each rail of the host votes on where each other adapter should be; the adapter
+        # most of them vote against is the misplaced one (a host with two rails blames both).
+        votes: dict[str, list[str]] = defaultdict(list)
         for rail, a in places.items():
             assert a.switch_guid is not None
             for other, b in places.items():
-                if other == rail or (host, other) in problems:
+                if other == rail:
                     continue
                 best = unique_top(together[(rail, a.switch_guid, other)])
                 if best != b.switch_guid:
                     where = ("split over several leaves" if best is None
                              else f"on {leaf_names[best]}")
-                    problems[(host, other)] = (
+                    votes[other].append(
                         f"{host} {other} is on {b.switch} port {b.switch_port}; the hosts "
                         f"whose {rail} share {a.switch} have their {other} {where}")
+        if votes:
+            most = max(len(v) for v in votes.values())
+            blamed = [o for o, v in votes.items() if 2 * len(v) > len(places) - 1] or \
+                [o for o, v in votes.items() if len(v) == most]
+            for other in blamed:
+                problems.setdefault((host, other), votes[other][0])
     bad = sorted({host for host, _ in problems}, key=natural_key)
     ordered = [problems[k] for k in sorted(problems, key=lambda k: (natural_key(k[0]),
                                                                      natural_key(k[1])))]
