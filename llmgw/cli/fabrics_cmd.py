@@ -19,7 +19,6 @@ from llmgw.errors import FabricError, FactsError
 from llmgw.fabric import Fabric, FabricIndex, fabrics_from_facts, parse_ibnetdiscover
 from llmgw.facts.model import HostFacts
 
-
 CAPTURE_PREFIX = "ibnetdiscover from "  # how fabrics_from_facts names a capture's source
 
 
