@@ -1,0 +1,113 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: llmgw contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module llmgw.cluster.gpu_facts: the host's NVIDIA GPUs and their health."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Report the host's NVIDIA GPUs, their class, memory and health, for llmgw placement
+version_added: "0.1.0"
+description:
+  - Queries NVML through nvidia-ml-py (C(pynvml)) for every GPU - index, UUID, name, a
+    placement class such as C(H100-80GB), memory total and used, and the problems that
+    keep a GPU out of placement, each as a sentence.
+  - "Health problems reported: the GPU is lost or inaccessible; uncorrectable (volatile)
+    ECC errors; retired pages pending; a row-remapping failure or pending remap; thermal
+    (hardware or software) or power-brake throttling active now."
+  - A host without the NVIDIA driver, without the NVML library or without nvidia-ml-py
+    reports I(no GPUs known) with the reason in C(llmgw_gpus_unknown_reason). The module
+    never fails for that; unknown is not the same as none.
+  - The class is C(MODEL-NNGB) - the model from the name without vendor words, the size
+    from the name when it has one, else the nominal size nearest the reported memory
+    (C(NVIDIA H100 80GB HBM3) -> C(H100-80GB), C(NVIDIA L40S) -> C(L40S-48GB)).
+  - Read-only; C(changed) is always false.
+author:
+  - llmgw contributors
+requirements:
+  - nvidia-ml-py (import name C(pynvml)) on the managed host, and the NVIDIA driver. The
+    playbook C(playbooks/facts.yml) installs nvidia-ml-py when C(llmgw_install_nvml) is true.
+options: {}
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+notes:
+  - Works without Ansible too (see C(scripts/gpu-check)); the logic lives in the
+    collection's C(module_utils/gpu.py).
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  llmgw.cluster.gpu_facts:
+
+- name: Show unhealthy GPUs
+  ansible.builtin.debug:
+    msg: "{{ item.index }}: {{ item.problems | join('; ') }}"
+  loop: "{{ ansible_facts.llmgw_gpus | default([], true) }}"
+  when: item.problems | length > 0
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added under the C(llmgw_) namespace.
+  returned: always
+  type: complex
+  contains:
+    llmgw_gpus:
+      description:
+        - Every GPU NVML lists, in index order; C(null) when nothing is known (see
+          C(llmgw_gpus_unknown_reason)); an empty list when NVML works and there is none.
+      returned: always
+      type: list
+      elements: dict
+      sample:
+        - index: 0
+          uuid: GPU-5e0c2a47-7c7e-d4a2-8b1c-3f5d0e9a1b2c
+          name: NVIDIA H100 80GB HBM3
+          gpu_class: H100-80GB
+          memory_total_mb: 81559
+          memory_used_mb: 512
+          problems: []
+      contains:
+        index: {description: NVML index., type: int}
+        uuid: {description: NVML UUID (C(unknown-N) when the GPU is lost)., type: str}
+        name: {description: The name NVML reports., type: str}
+        gpu_class: {description: Placement class, MODEL-NNGB., type: str}
+        memory_total_mb: {description: Memory in MiB; null when not known., type: int}
+        memory_used_mb: {description: Memory in use in MiB; null when not known., type: int}
+        problems: {description: Each problem as a sentence; empty when healthy., type: list, elements: str}
+    llmgw_gpus_unknown_reason:
+      description: Why C(llmgw_gpus) is null (no driver, no library, nvidia-ml-py missing).
+      returned: always
+      type: str
+      sample: nvidia-ml-py is not installed on the host (pip install nvidia-ml-py, or set llmgw_install_nvml)
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llmgw.cluster.plugins.module_utils.gpu import collect_gpus, load_nvml
+
+
+def build_module() -> AnsibleModule:
+    return AnsibleModule(argument_spec={}, supports_check_mode=True)
+
+
+def gpu_facts(nvml: object) -> dict:
+    """The facts for an NVML handle (pynvml, a substitute in tests, or None when missing)."""
+    gpus, reason = collect_gpus(nvml)
+    return {"llmgw_gpus": gpus, "llmgw_gpus_unknown_reason": reason}
+
+
+def main() -> None:
+    module = build_module()
+    module.exit_json(changed=False, ansible_facts=gpu_facts(load_nvml()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: llmgw contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module llmgw.cluster.node_facts: memory, CPUs, model storage, weights, units, engines."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_facts
+short_description: Report what an llmgw host has besides GPUs - memory, CPUs, model storage, weights, units, engines
+version_added: "0.1.0"
+description:
+  - Memory the host can really use - C(MemTotal) from C(/proc/meminfo), or the memory
+    limit of the cgroup the module runs in when that is lower (containers, slices).
+  - CPUs this process may use (affinity, lowered by a cgroup CPU quota).
+  - Every filesystem holding one of O(model_dirs) or O(cache_dir), counted once per
+    filesystem (grouped by device number, so two dirs on one disk are one pool), with
+    free and total bytes and whether it is shared (NFS, Lustre, GPFS, BeeGFS, CephFS,
+    CIFS/SMB, FUSE filers) or local. A missing dir is skipped, never reported as 0 free.
+  - Weights present - llmgw's cache entries in O(cache_dir) (named
+    C(<16 hex of sha256(source)>-<basename>), see C(module_utils/cache_names.py)) and
+    operator-provided model files in O(model_dirs) (C(*.gguf), C(*.safetensors), and
+    Hugging Face-style folders holding C(config.json) beside weight files). Empty
+    files and folders and C(*.part) downloads are not weights.
+  - llmgw's systemd units (C(llmgw-*)) present and their active state, and installed
+    engine versions (llama.cpp C(llama-server --version), vLLM, SGLang).
+  - Read-only; C(changed) is always false.
+author:
+  - llmgw contributors
+options:
+  model_dirs:
+    description: Folders where operators keep model files (host var C(llmgw_model_dirs)).
+    type: list
+    elements: path
+    default: []
+  cache_dir:
+    description: llmgw's weights cache (host var C(llmgw_cache_dir)).
+    type: path
+    default: /var/cache/llmgw
+  engine_search_path:
+    description: Folders searched for engine programs (C(llama-server), C(vllm)) before C(PATH).
+    type: list
+    elements: path
+    default: [/opt/llmgw/bin, /usr/local/bin]
+  root:
+    description:
+      - Where C(/proc) and C(/sys) are read from. Only tests change it.
+    type: path
+    default: /
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Gather node facts for llmgw
+  llmgw.cluster.node_facts:
+    model_dirs: "{{ llmgw_model_dirs | default([]) }}"
+    cache_dir: "{{ llmgw_cache_dir | default('/var/cache/llmgw') }}"
+
+- name: Free space on the filesystem of the cache
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.llmgw_filesystems | map(attribute='free_bytes') | list }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added under the C(llmgw_) namespace; null means not known.
+  returned: always
+  type: complex
+  contains:
+    llmgw_memory_total_mb:
+      description: Memory the host can use, MiB (the lower of MemTotal and the cgroup limit).
+      type: int
+      returned: always
+      sample: 515620
+    llmgw_memory:
+      description: Where the memory figure comes from.
+      type: dict
+      returned: always
+      sample: {meminfo_total_mb: 515620, cgroup_limit_mb: null, total_mb: 515620}
+    llmgw_cpus:
+      description: CPUs available to processes here.
+      type: int
+      returned: always
+      sample: 128
+    llmgw_filesystems:
+      description: One entry per filesystem holding a model dir or the cache dir.
+      type: list
+      elements: dict
+      returned: always
+      sample:
+        - {mount: /, device: /dev/nvme0n1p2, fstype: ext4, shared: false,
+           free_bytes: 1900000000000, total_bytes: 3800000000000, paths: [/models, /var/cache/llmgw]}
+    llmgw_weights:
+      description: Model files and folders present, cache entries marked C(cache=true).
+      type: list
+      elements: dict
+      returned: always
+      sample:
+        - {path: /var/cache/llmgw/3f2a9c0d1e4b5a6f-qwen2.5-7b-instruct-q4_k_m.gguf, size_bytes: 4683073536,
+           cache: true, cache_name: 3f2a9c0d1e4b5a6f-qwen2.5-7b-instruct-q4_k_m.gguf}
+    llmgw_units:
+      description: llmgw systemd units present; null when systemd cannot be asked.
+      type: list
+      elements: dict
+      returned: always
+      sample: [{name: llmgw-shard@qwen-7b-0-0.service, active_state: active, sub_state: running}]
+    llmgw_units_unknown_reason:
+      description: Why C(llmgw_units) is null.
+      type: str
+      returned: always
+    llmgw_engines:
+      description: Installed engines (keys as in the catalog - llamacpp, vllm, sglang) and versions.
+      type: dict
+      returned: always
+      sample: {llamacpp: "4567 (1a2b3c4)"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llmgw.cluster.plugins.module_utils.cache_names import is_cache_name
+from ansible_collections.llmgw.cluster.plugins.module_utils.node import (
+    cpu_count,
+    engine_versions,
+    filesystems,
+    find_weights,
+    llmgw_units,
+    memory_facts,
+    read_mounts,
+    run_command,
+)
+
+ARGUMENT_SPEC = {
+    "model_dirs": {"type": "list", "elements": "path", "default": []},
+    "cache_dir": {"type": "path", "default": "/var/cache/llmgw"},
+    "engine_search_path": {"type": "list", "elements": "path", "default": ["/opt/llmgw/bin", "/usr/local/bin"]},
+    "root": {"type": "path", "default": "/"},
+}
+
+
+def build_module() -> AnsibleModule:
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def node_facts(params: dict, run=run_command) -> dict:
+    """The facts for module parameters; `run` runs a command (argv -> rc, out, err)."""
+    root = params["root"]
+    dirs = list(params["model_dirs"] or [])
+    cache_dir = params["cache_dir"]
+    memory = memory_facts(root)
+    units, units_reason = llmgw_units(run)
+    return {
+        "llmgw_memory_total_mb": memory["total_mb"],
+        "llmgw_memory": memory,
+        "llmgw_cpus": cpu_count(root),
+        "llmgw_filesystems": filesystems(dirs + ([cache_dir] if cache_dir else []), read_mounts(root)),
+        "llmgw_weights": find_weights(dirs, cache_dir, is_cache_name),
+        "llmgw_units": units,
+        "llmgw_units_unknown_reason": units_reason,
+        "llmgw_engines": engine_versions(run, list(params["engine_search_path"] or [])),
+    }
+
+
+def main() -> None:
+    module = build_module()
+    module.exit_json(changed=False, ansible_facts=node_facts(module.params))
+
+
+if __name__ == "__main__":
+    main()
