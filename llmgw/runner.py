@@ -1,0 +1,273 @@
+"""The one wrapper around ansible-runner: run a playbook, get a typed result.
+
+Nothing else in llmgw imports ansible_runner. `run_playbook` runs one playbook against
+an inventory in a private temp folder (removed afterwards), with llmgw's collection and
+roles on Ansible's search paths, SSH pipelining on and the forks asked for. Every event
+is handed, typed, to an optional callback (the CLI draws progress from them), and the
+results of chosen tasks are kept per host, e.g. the `ansible_facts` a module returned.
+
+Host failures are data, not exceptions: a play where some hosts failed or were
+unreachable returns normally, with per-host stats and reasons. A RunnerError means
+Ansible could not run the playbook at all (missing binary, syntax error, bad inventory).
+
+Host keys: Ansible's host key checking is off unless the environment sets
+ANSIBLE_HOST_KEY_CHECKING, because llmgw's own fleets (the lab) are recreated with new
+keys; a lab inventory sets its own `ansible_ssh_common_args` (known-hosts file), and an
+operator who wants strict checking exports ANSIBLE_HOST_KEY_CHECKING=True.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from llmgw import resources
+from llmgw.errors import RunnerError
+
+TaskStatus = Literal["ok", "failed", "unreachable", "skipped"]
+EventKind = Literal["play_start", "task_start", "host_ok", "host_failed", "host_unreachable", "host_skipped",
+                    "stats", "other"]
+
+_KINDS: dict[str, EventKind] = {
+    "playbook_on_play_start": "play_start",
+    "playbook_on_task_start": "task_start",
+    "runner_on_ok": "host_ok",
+    "runner_on_failed": "host_failed",
+    "runner_on_unreachable": "host_unreachable",
+    "runner_on_skipped": "host_skipped",
+    "playbook_on_stats": "stats",
+}
+_STATUS: dict[EventKind, TaskStatus] = {"host_ok": "ok", "host_failed": "failed",
+                                        "host_unreachable": "unreachable", "host_skipped": "skipped"}
+
+
+@dataclass(frozen=True)
+class HostStats:
+    """The play recap of one host."""
+
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One host's result of one task: what the module returned (`result`)."""
+
+    host: str
+    task: str
+    action: str
+    status: TaskStatus
+    result: dict[str, Any]
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        facts = self.result.get("ansible_facts")
+        return facts if isinstance(facts, dict) else {}
+
+    @property
+    def message(self) -> str:
+        return _message(self.result)
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """An ansible-runner event, typed for progress displays."""
+
+    kind: EventKind
+    host: str | None
+    task: str | None
+    action: str | None
+    result: dict[str, Any] = field(repr=False)
+    ignore_errors: bool = False
+
+    @property
+    def message(self) -> str:
+        return _message(self.result)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a playbook run did, per host."""
+
+    status: str  # ansible-runner's: successful | failed | timeout | canceled
+    rc: int
+    stats: dict[str, HostStats]
+    results: dict[str, dict[str, TaskResult]]  # host -> task name -> its result (captured tasks)
+    host_errors: dict[str, str]  # host -> the first reason it failed or was unreachable
+    output_tail: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.host_errors
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted(self.stats)
+
+    @property
+    def unreachable(self) -> list[str]:
+        return sorted(h for h, s in self.stats.items() if s.unreachable)
+
+    @property
+    def failed(self) -> list[str]:
+        return sorted(h for h, s in self.stats.items() if s.failed and not s.unreachable)
+
+
+def _message(res: Mapping[str, Any]) -> str:
+    """The one line that says why a task failed: msg, else stderr's last line."""
+    for key in ("msg", "reason", "stderr", "module_stderr", "exception"):
+        value = res.get(key)
+        if isinstance(value, str) and value.strip():
+            lines = [ln.strip() for ln in value.strip().splitlines() if ln.strip()]
+            line = lines[0] if key == "msg" else lines[-1]
+            return line.removeprefix("Task failed: ")
+    return ""
+
+
+def _ansible_playbook() -> str:
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ansible-playbook")
+    if not found:
+        raise RunnerError("ansible-playbook is not installed",
+                          hint="install llmgw with its dependencies (ansible-core)")
+    return found
+
+
+def _search_path(first: Path, env_key: str) -> str:
+    existing = os.environ.get(env_key)
+    return f"{first}{os.pathsep}{existing}" if existing else str(first)
+
+
+def ansible_env(forks: int) -> dict[str, str]:
+    """The Ansible settings llmgw runs with (exported so `ansible` by hand can match)."""
+    env = {
+        "ANSIBLE_COLLECTIONS_PATH": _search_path(resources.collections_path(), "ANSIBLE_COLLECTIONS_PATH"),
+        "ANSIBLE_ROLES_PATH": _search_path(resources.roles_path(), "ANSIBLE_ROLES_PATH"),
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_FORKS": str(forks),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "False"),
+        "ANSIBLE_PYTHON_INTERPRETER": os.environ.get("ANSIBLE_PYTHON_INTERPRETER", "auto_silent"),
+    }
+    return env
+
+
+def run_playbook(
+    playbook: Path,
+    inventory: Path,
+    *,
+    limit: str | None = None,
+    extravars: Mapping[str, Any] | None = None,
+    forks: int = 20,
+    capture: Collection[str] = (),
+    on_event: Callable[[RunEvent], None] | None = None,
+    check: bool = False,
+    timeout: int | None = None,
+) -> RunResult:
+    """Run `playbook` against `inventory` and return per-host stats and captured results.
+
+    `capture` names the tasks whose per-host results to keep, by task name or by module
+    (e.g. "llmgw.cluster.node_facts"); a skipped result never replaces a kept one.
+    `on_event` sees every event as it happens, in the calling thread.
+    """
+    import ansible_runner  # the one place it is imported; imported late because it is slow
+
+    if not playbook.is_file():
+        raise RunnerError(f"no playbook at {playbook}")
+    if not inventory.exists():
+        raise RunnerError(f"no inventory at {inventory}", hint="set `inventory:` in llmgw.yaml")
+    wanted = set(capture)
+    results: dict[str, dict[str, TaskResult]] = {}
+    host_errors: dict[str, str] = {}
+    stats: dict[str, HostStats] = {}
+
+    def handle(raw: dict[str, Any]) -> bool:
+        kind = _KINDS.get(str(raw.get("event", "")), "other")
+        data = raw.get("event_data") or {}
+        raw_res = data.get("res")
+        res: dict[str, Any] = raw_res if isinstance(raw_res, dict) else {}
+        event = RunEvent(kind=kind, host=data.get("host"), task=data.get("task"), action=data.get("task_action"),
+                         result=res, ignore_errors=bool(data.get("ignore_errors")))
+        if kind == "stats":
+            stats.update(_stats(data))
+        elif kind in _STATUS and event.host:
+            status = _STATUS[kind]
+            if status in ("failed", "unreachable") and not event.ignore_errors:
+                host_errors.setdefault(event.host, f"{status}: {event.message or event.task or 'no message'}")
+            if event.task in wanted or event.action in wanted:
+                name = event.task or event.action or ""
+                per_host = results.setdefault(event.host, {})
+                if not (status == "skipped" and name in per_host):
+                    per_host[name] = TaskResult(host=event.host, task=name, action=event.action or "",
+                                                status=status, result=dict(res))
+        if on_event is not None:
+            on_event(event)
+        return False  # nothing to keep on disk: everything needed is taken here
+
+    env = ansible_env(forks)
+    # ansible-runner starts `ansible-playbook` from PATH: the one beside this Python first.
+    env["PATH"] = f"{Path(_ansible_playbook()).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    workdir = Path(tempfile.mkdtemp(prefix="llmgw-run-"))
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(workdir),
+            playbook=str(playbook.resolve()),
+            inventory=str(inventory.resolve()),
+            limit=limit,
+            extravars=dict(extravars or {}),
+            forks=forks,
+            envvars=env,
+            cmdline="--check" if check else None,
+            timeout=timeout,
+            quiet=True,
+            event_handler=handle,
+            settings={"suppress_ansible_output": True},
+        )
+        tail = _output_tail(runner)
+        rc = int(runner.rc if runner.rc is not None else -1)
+        status = str(runner.status)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if rc != 0 and not stats:
+        raise RunnerError(f"Ansible could not run {playbook.name} (exit {rc}, {status})",
+                          detail=tail[-8:], hint="the lines above are Ansible's own output")
+    return RunResult(status=status, rc=rc, stats=stats, results=results, host_errors=host_errors,
+                     output_tail=tail)
+
+
+def _stats(data: Mapping[str, Any]) -> dict[str, HostStats]:
+    def count(key: str, host: str) -> int:
+        table = data.get(key) or {}
+        return int(table.get(host, 0)) if isinstance(table, dict) else 0
+
+    hosts: set[str] = set()
+    for key in ("processed", "ok", "changed", "failures", "dark", "skipped", "rescued", "ignored"):
+        table = data.get(key) or {}
+        if isinstance(table, dict):
+            hosts.update(table)
+    return {h: HostStats(ok=count("ok", h), changed=count("changed", h), failed=count("failures", h),
+                         unreachable=count("dark", h), skipped=count("skipped", h), rescued=count("rescued", h),
+                         ignored=count("ignored", h)) for h in hosts}
+
+
+def _output_tail(runner: Any, lines: int = 40) -> list[str]:
+    try:
+        text = Path(runner.stdout.name).read_text(encoding="utf-8", errors="replace")
+    except (OSError, AttributeError, ValueError):
+        return []
+    return [ln for ln in text.splitlines() if ln.strip()][-lines:]
