@@ -73,7 +73,8 @@ class IbPort(_Model):
 
 class IbAdapter(_Model):
     name: str  # e.g. "mlx5_0"
-    node_guid: str | None = None
+    node_guid: str | None = None  # "0x" + 16 hex digits
+    node_desc: str | None = None  # e.g. "gpu-node-01 mlx5_0", as ibnetdiscover prints it
     ports: list[IbPort] = Field(default_factory=list)
 
 
@@ -95,11 +96,14 @@ class HostFacts(_Model):
     filesystems: list[Filesystem] | None = None
     weights: list[Weights] | None = None
     units: list[Unit] | None = None
+    units_unknown_reason: str | None = None  # why `units` is None ("no systemd", ...)
     engines: dict[str, str] | None = None  # engine -> version
     ib_adapters: list[IbAdapter] | None = None
     # Raw `ibnetdiscover` text when this host was asked for it (one host per fabric);
     # parsed on the control side by llmgw.fabric.
+    # Several fabrics seen from one host: several complete topology files, joined.
     ibnetdiscover: str | None = None
+    ibnetdiscover_reason: str | None = None  # why it is None or partial, when it was asked for
 
     @property
     def stale(self) -> bool:

@@ -1,0 +1,274 @@
+"""`llmgw facts` (gather what every host has) and `llmgw nodes` (show it).
+
+`nodes` joins three sources: the inventory (node state, labels), the facts cache (what
+each host has) and the state (which replicas use which GPUs). A value a host did not
+report prints as `-`: unknown is not zero.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from llmgw.cli import output
+from llmgw.errors import FabricError
+from llmgw.facts.cache import read_facts
+from llmgw.facts.gather import GatherEvent, GatherReport, gather
+from llmgw.facts.model import HostFacts
+from llmgw.inventory import Host, load_inventory
+from llmgw.site import Site
+from llmgw.state import State, read_state
+
+UNKNOWN = "-"
+
+
+def human_bytes(n: int) -> str:
+    """Binary units, three significant digits: 931 GiB, 3.5 TiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{value:.1f} {unit}" if value < 10 and unit != "B" else f"{value:.0f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+def when(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%d %H:%M") + ("Z" if ts.utcoffset() is not None and not ts.utcoffset() else "")
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def fabric_lookup(facts: Iterable[HostFacts]) -> tuple[dict[str, list[str] | None] | None, str | None]:
+    """host -> fabric ids, through llmgw.fabric when it is installed; (None, why) otherwise."""
+    try:
+        fabric = importlib.import_module("llmgw.fabric")
+    except ImportError:
+        return None, None
+    build = getattr(fabric, "fabrics_from_facts", None)
+    if build is None:
+        return None, None
+    facts = list(facts)
+    try:
+        index = build(facts)
+    except FabricError as exc:
+        return None, f"fabrics unknown: {exc.message}"
+    out: dict[str, list[str] | None] = {}
+    for f in facts:
+        ids = list(index.fabrics_of(f.host))
+        active = [p for a in f.ib_adapters or [] for p in a.ports if p.state == "ACTIVE"]
+        # On no fabric because it has no active port: none. Active ports no map covers: unknown.
+        out[f.host] = ids or (None if f.ib_adapters is None or active else [])
+    return out, None
+
+
+def gpus_used(state: State) -> dict[str, set[int]]:
+    """node -> GPU indices the replicas in the state hold."""
+    used: dict[str, set[int]] = {}
+    for replica in state.replicas:
+        for shard in replica.shards:
+            used.setdefault(shard.node, set()).update(shard.gpus)
+    return used
+
+
+def replicas_on(state: State) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for replica in state.replicas:
+        for node in sorted({s.node for s in replica.shards}):
+            out.setdefault(node, []).append(replica.id)
+    return out
+
+
+def node_record(host: Host, facts: HostFacts | None, used: set[int], replicas: list[str],
+                fabrics: list[str] | None) -> dict[str, Any]:
+    """One node as `nodes --json` prints it; None wherever the value is not known."""
+    rec: dict[str, Any] = {
+        "node": host.name, "state": host.node_state, "labels": dict(host.labels),
+        "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
+        "disk": None, "fabrics": fabrics, "replicas": replicas, "last_seen": None,
+        "stale_since": None, "stale_reason": None, "unhealthy_gpus": [],
+    }
+    if facts is None:
+        return rec
+    rec["last_seen"] = facts.gathered_at.isoformat()
+    rec["stale_since"] = facts.stale_since.isoformat() if facts.stale_since else None
+    rec["stale_reason"] = facts.stale_reason
+    rec["memory_mb"] = facts.memory_total_mb
+    rec["cpus"] = facts.cpus
+    if facts.gpus is None:
+        rec["gpus_unknown_reason"] = facts.gpus_unknown_reason
+    else:
+        healthy = [g.index for g in facts.gpus if g.healthy]
+        rec["gpus"] = {"total": len(facts.gpus), "healthy": len(healthy),
+                       "used": len(used & set(healthy)), "free": len(set(healthy) - used)}
+        rec["classes"] = sorted({g.gpu_class for g in facts.gpus})
+        rec["unhealthy_gpus"] = [{"index": g.index, "uuid": g.uuid, "gpu_class": g.gpu_class,
+                                  "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
+    if facts.filesystems is not None:
+        rec["disk"] = {"free_bytes": sum(f.free_bytes for f in facts.filesystems),
+                       "total_bytes": sum(f.total_bytes for f in facts.filesystems),
+                       "filesystems": [f.model_dump(mode="json") for f in facts.filesystems]}
+    return rec
+
+
+def node_row(rec: dict[str, Any]) -> list[str]:
+    gpus = rec["gpus"]
+    disk = rec["disk"]
+    if disk is None:
+        disk_text = UNKNOWN
+    elif not disk["filesystems"]:
+        disk_text = "none"  # reported: none of the configured dirs exists
+    else:
+        disk_text = f"{human_bytes(disk['free_bytes'])}/{human_bytes(disk['total_bytes'])}"
+    if rec["last_seen"] is None:
+        seen = "never"
+    else:
+        seen = when(datetime.fromisoformat(rec["last_seen"]))
+        if rec["stale_since"]:
+            seen += " (stale)"
+    classes = rec["classes"]
+    return [
+        rec["node"],
+        rec["state"],
+        UNKNOWN if gpus is None else f"{gpus['free']}/{gpus['total']}",
+        UNKNOWN if rec["memory_mb"] is None else human_bytes(rec["memory_mb"] * 1024 * 1024),
+        disk_text,
+        UNKNOWN if classes is None else (",".join(classes) or "none"),
+        UNKNOWN if rec["fabrics"] is None else (",".join(rec["fabrics"]) or "none"),
+        str(len(rec["replicas"])),
+        seen,
+    ]
+
+
+def nodes_report(site: Site) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every inventory node as a record, and notes to print under the table."""
+    inventory = load_inventory(site.inventory)
+    facts = read_facts(site.facts_dir)
+    state = read_state(site.state_file)
+    used = gpus_used(state)
+    replicas = replicas_on(state)
+    fabrics, fabric_note = fabric_lookup(facts.values())
+    records = [node_record(host, facts.get(name), used.get(name, set()), replicas.get(name, []),
+                           None if fabrics is None else fabrics.get(name))
+               for name, host in sorted(inventory.nodes.items())]
+    notes = [fabric_note] if fabric_note else []
+    return records, notes
+
+
+# ---------------------------------------------------------------------------- facts
+
+
+def report_json(report: GatherReport) -> dict[str, Any]:
+    return {
+        "gathered": [h.host for h in report.gathered],
+        "stale": [{"host": h.host, "reason": h.reason,
+                   "stale_since": h.facts.stale_since.isoformat() if h.facts and h.facts.stale_since else None}
+                  for h in report.stale],
+        "failed": [{"host": h.host, "reason": h.reason} for h in report.failed],
+    }
+
+
+def print_summary(report: GatherReport) -> None:
+    g, s, f = len(report.gathered), len(report.stale), len(report.failed)
+    output.console.print(f"Facts: gathered {g}, stale {s}, failed {f}.")
+    for h in report.stale:
+        since = when(h.facts.stale_since) if h.facts and h.facts.stale_since else "now"
+        output.console.print(f"  {h.host}: {h.reason} (kept its last facts, stale since {since})",
+                             markup=False, soft_wrap=True)
+    for h in report.failed:
+        output.console.print(f"  {h.host}: {h.reason} (no earlier facts)", markup=False, soft_wrap=True)
+
+
+class _ProgressView:
+    """Per-host progress on stderr: a bar over the hosts, and a line as each one finishes."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.bar: Any = None
+
+    def __call__(self, ev: GatherEvent) -> None:
+        p = self.progress
+        if ev.kind == "start":
+            self.bar = p.add_task("gathering facts", total=ev.total)
+        elif ev.kind == "host_done":
+            p.console.print(Text.assemble(("  ok " if ev.ok else "  failed ", "green" if ev.ok else "red"),
+                                          f"{ev.host}: {ev.message}"), soft_wrap=True)
+            if self.bar is not None:
+                p.advance(self.bar)
+        elif ev.kind == "fabric_start" and ev.total:
+            p.console.print(Text(f"  mapping fabrics from {ev.message}"), soft_wrap=True)
+        elif ev.kind == "fabric_done":
+            p.console.print(Text.assemble(("  fabric " if ev.ok else "  no fabric map ", "green" if ev.ok else "yellow"),
+                                          f"{ev.host}: {ev.message}"), soft_wrap=True)
+
+
+def register(cli: click.Group) -> None:
+    from llmgw.cli import AppContext, pass_app
+
+    @cli.command("facts")
+    @click.option("--limit", "-l", metavar="HOSTS", help="Only these hosts (an Ansible pattern: name, group, glob).")
+    @click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
+                  help="Hosts Ansible talks to at once.")
+    @click.option("--install-nvml", is_flag=True,
+                  help="pip-install nvidia-ml-py on hosts that have the NVIDIA driver but not the library.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON instead of a summary.")
+    @pass_app
+    def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: bool, as_json: bool) -> None:
+        """Gather what every node has (GPUs, memory, disks, weights, fabrics) into the facts cache.
+
+        A host that cannot be reached keeps its last facts, marked stale. Exits 1 only
+        when no host at all could be gathered.
+        """
+        site = app.site
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=output.err_console, transient=True) as progress:
+            report = gather(site, limit=limit, forks=forks, install_nvml=install_nvml,
+                            on_progress=_ProgressView(progress))
+        if as_json:
+            output.print_json(report_json(report))
+        else:
+            print_summary(report)
+        if not report.gathered and (report.stale or report.failed):
+            raise click.exceptions.Exit(1)
+
+    @cli.command("nodes")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+    @pass_app
+    def nodes_command(app: AppContext, as_json: bool) -> None:
+        """Every node: state, free/total GPUs, memory, disk, GPU classes, fabrics, replicas, last seen.
+
+        `-` means the host did not report it (unknown, not zero). Unhealthy GPUs are
+        listed under the table with their reasons.
+        """
+        records, notes = nodes_report(app.site)
+        if as_json:
+            output.print_json({"nodes": records, "notes": notes})
+            return
+        columns = ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "FABRICS", "REPLICAS", "LAST SEEN"]
+        # Piped or captured output gets room for every column instead of folding cells.
+        console = output.console if output.console.is_terminal else Console(highlight=False, width=200)
+        console.print(output.table(columns, [node_row(r) for r in records]))
+        lines: list[str] = []
+        for r in records:
+            for g in r["unhealthy_gpus"]:
+                lines.append(f"  {r['node']} GPU {g['index']} ({g['gpu_class']}, {g['uuid']}): "
+                             + "; ".join(g["problems"]))
+        if lines:
+            output.console.print("\nUnhealthy GPUs (neither used nor free):")
+            for line in lines:
+                output.console.print(line, markup=False, soft_wrap=True)
+        stale = [r for r in records if r["stale_since"]]
+        if stale:
+            output.console.print("\nStale facts (host not reached at the last `llmgw facts`):")
+            for r in stale:
+                output.console.print(f"  {r['node']}: since {when(datetime.fromisoformat(r['stale_since']))}: "
+                                     f"{r['stale_reason']}", markup=False, soft_wrap=True)
+        for note in notes:
+            output.console.print(f"\n{note}", markup=False, soft_wrap=True)

@@ -1,0 +1,67 @@
+"""The site's facts cache: one JSON document per host, `<facts dir>/<host>.json`.
+
+One file per host, so a partial gathering rewrites only the hosts it reached, a diff
+shows what changed on which host, and the planner reads the fleet without Ansible.
+Files are written atomically with sorted keys, so the same facts give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from llmgw.errors import FactsError
+from llmgw.facts.model import HostFacts
+from llmgw.yamlio import atomic_write
+
+SUFFIX = ".json"
+
+
+def facts_path(facts_dir: Path, host: str) -> Path:
+    """Where `host`'s facts live; a host name that is not a plain file name is refused."""
+    if not host or "/" in host or "\0" in host or host.startswith("."):
+        raise FactsError(f"host name {host!r} cannot name a facts file", host=host,
+                         hint="use inventory host names without '/' and not starting with '.'")
+    return facts_dir / f"{host}{SUFFIX}"
+
+
+def facts_json(facts: HostFacts) -> str:
+    return json.dumps(facts.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def read_facts(facts_dir: Path) -> dict[str, HostFacts]:
+    """host -> facts for every `<host>.json` in `facts_dir`; a missing folder is no facts.
+
+    A file that is not valid facts is an error naming the file: planning on a fleet
+    with a host silently missing would move replicas off it.
+    """
+    if not facts_dir.is_dir():
+        return {}
+    out: dict[str, HostFacts] = {}
+    for path in sorted(facts_dir.glob(f"*{SUFFIX}")):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise FactsError(f"cannot read facts file {path}: {exc.strerror}", path=str(path)) from None
+        try:
+            facts = HostFacts.model_validate_json(text)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "the document"
+            raise FactsError(f"facts file {path} is not llmgw facts (version 1): {where}: {first['msg']}",
+                             path=str(path), hint="delete the file and run `llmgw facts` to gather it again") from None
+        expected = path.name[: -len(SUFFIX)]
+        if facts.host != expected:
+            raise FactsError(f"facts file {path} holds facts of host {facts.host!r}, not {expected!r}",
+                             path=str(path), hint="rename or delete the file, then run `llmgw facts`")
+        out[facts.host] = facts
+    return out
+
+
+def write_facts(facts_dir: Path, facts: HostFacts) -> None:
+    """Write one host's facts atomically (temp file, fsync, rename)."""
+    atomic_write(facts_path(facts_dir, facts.host), facts_json(facts))
