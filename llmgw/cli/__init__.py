@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "llmgw.cli.site_cmd",
     "llmgw.cli.catalog_cmd",
     "llmgw.cli.lab_cmd",
+    "llmgw.cli.facts_cmd",
     "llmgw.cli.fabrics_cmd",
     "llmgw.cli.router_cmd",
     "llmgw.cli.keys_cmd",
