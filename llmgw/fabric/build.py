@@ -91,10 +91,11 @@ def _hops(nodes: list[RawNode], cables: list[RawCable],
 def _expected(rates: Iterable[Rate]) -> Rate | None:
     """The rate most cables of a kind run at; on a tie the faster one, so the slower
     half of an evenly split fabric is the one reported."""
-    counts = Counter(r for r in rates if r.known)
-    if not counts:
+    counts = Counter(rates)  # a handful of distinct rates: judge each once, not per cable
+    known = [r for r in counts if r.known]
+    if not known:
         return None
-    return max(counts, key=lambda r: (counts[r], r.gbps or 0.0))
+    return max(known, key=lambda r: (counts[r], r.gbps or 0.0))
 
 
 def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fabric:
@@ -133,9 +134,14 @@ def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fa
 
     links: list[Link] = []
     ends: dict[tuple[str, int], tuple[Link, End, End]] = {}  # (node, port) -> link, mine, far
+    below: dict[tuple[Rate, LinkKind], bool] = {}  # judged once per distinct rate and kind
     for c, ea, eb, (ka, kb), kind in oriented:
         exp = expected.get(kind)
-        slow = c.rate.gbps is not None and exp is not None and c.rate.gbps < (exp.gbps or 0.0)
+        slow = below.get((c.rate, kind))
+        if slow is None:
+            gbps = c.rate.gbps
+            slow = below[(c.rate, kind)] = (gbps is not None and exp is not None
+                                            and gbps < (exp.gbps or 0.0))
         link = Link(a=ea, b=eb, rate=c.rate, kind=kind, expected=exp, degraded=slow)
         links.append(link)
         ends[(ka, ea.port)] = (link, ea, eb)

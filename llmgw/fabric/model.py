@@ -8,6 +8,7 @@ same way on every run, so two captures of an unchanged fabric print the same byt
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -24,8 +25,10 @@ TIER_ORDER: tuple[Tier, ...] = ("leaf", "spine", "core")
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort `gpu-node-2` before `gpu-node-10`, and `mlx5_2` before `mlx5_10`."""
+    """Sort `gpu-node-2` before `gpu-node-10`, and `mlx5_2` before `mlx5_10`.
+    Cached: a fabric repeats each switch name on every one of its cables."""
     return tuple((0, int(part)) if part.isdigit() else (1, part)
                  for part in _DIGITS.split(text) if part)
 

@@ -31,10 +31,14 @@ K = TypeVar("K")
 
 def unique_top(counts: Counter[K]) -> K | None:
     """The most common value, or None when two values share the top count."""
-    top = counts.most_common(2)
-    if not top or (len(top) == 2 and top[0][1] == top[1][1]):
-        return None
-    return top[0][0]
+    best: K | None = None
+    first = second = 0
+    for value, n in counts.items():
+        if n > first:
+            best, first, second = value, n, first
+        elif n > second:
+            second = n
+    return best if first > second else None
 
 
 def rail_places(adapters: Sequence[Adapter]) -> dict[str, Adapter]:
@@ -63,11 +67,13 @@ def compute_rails(hosts: Mapping[str, Sequence[Adapter]]) -> Rails:
                     assert b.switch_guid is not None
                     together[(rail, a.switch_guid, other)][b.switch_guid] += 1
 
+    carried_by = {leaf: unique_top(c) for leaf, c in per_leaf.items()}
+    majority = {key: unique_top(c) for key, c in together.items()}
     problems: dict[tuple[str, str], str] = {}  # (host, rail) -> the first sentence found
     for host, places in multi.items():
         for rail, a in places.items():
             assert a.switch_guid is not None
-            carried = unique_top(per_leaf[a.switch_guid])
+            carried = carried_by[a.switch_guid]
             if carried is not None and carried != rail:
                 problems.setdefault((host, rail), (
                     f"{host} {rail} is on {a.switch} port {a.switch_port}, a leaf that carries "
@@ -80,7 +86,7 @@ def compute_rails(hosts: Mapping[str, Sequence[Adapter]]) -> Rails:
             for other, b in places.items():
                 if other == rail:
                     continue
-                best = unique_top(together[(rail, a.switch_guid, other)])
+                best = majority[(rail, a.switch_guid, other)]
                 if best != b.switch_guid:
                     where = ("split over several leaves" if best is None
                              else f"on {leaf_names[best]}")
