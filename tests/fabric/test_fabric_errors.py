@@ -12,7 +12,8 @@ from llmgw.fabric import parse_ibnetdiscover
 from tests.helpers import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
-CAPTURES = sorted(FIXTURES.glob("*.ibnetdiscover*.txt"))
+CAPTURES = sorted([*FIXTURES.glob("*.ibnetdiscover*.txt"),
+                   *(Path(__file__).resolve().parent / "captures").glob("*.ibnetdiscover*.txt")])
 SMALL = (FIXTURES / "a_small_1switch.ibnetdiscover.txt").read_text()
 SMALL_P = (FIXTURES / "a_small_1switch.ibnetdiscover-p.txt").read_text()
 

@@ -15,6 +15,9 @@ from tests.helpers import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.truth.json"))
+# Our own real capture of a fabric with three tiers (see captures/README.md).
+CAPTURES = Path(__file__).resolve().parent / "captures"
+ALL = [(FIXTURES, n) for n in NAMES] + [(CAPTURES, "f_three_tier_row9")]
 
 
 def truth_view(fabric: dict[str, Any]) -> dict[str, Any]:
@@ -32,8 +35,8 @@ def truth_view(fabric: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def expected_view(name: str) -> dict[str, Any]:
-    truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())
+def expected_view(name: str, folder: Path = FIXTURES) -> dict[str, Any]:
+    truth = json.loads((folder / f"{name}.truth.json").read_text())
     view = {k: truth[k] for k in ("switches", "hosts", "degraded_links", "misaligned_hosts")}
     view["rails"] = "n/a" if truth["rails"].startswith("n/a") else truth["rails"]
     return view
@@ -50,26 +53,26 @@ def test_every_fixture_is_covered() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["ibnetdiscover", "ibnetdiscover-p"])
-@pytest.mark.parametrize("name", NAMES)
-def test_parse_matches_truth(name: str, fmt: str) -> None:
-    (fabric,) = parse_file(FIXTURES / f"{name}.{fmt}.txt")
-    assert truth_view(fabric.to_json()) == expected_view(name)
+@pytest.mark.parametrize(("folder", "name"), ALL, ids=[n for _, n in ALL])
+def test_parse_matches_truth(folder: Path, name: str, fmt: str) -> None:
+    (fabric,) = parse_file(folder / f"{name}.{fmt}.txt")
+    assert truth_view(fabric.to_json()) == expected_view(name, folder)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_cli_parse_json_matches_truth(name: str) -> None:
-    r = run_cli("fabrics", "parse", str(FIXTURES / f"{name}.ibnetdiscover.txt"), "--json")
+@pytest.mark.parametrize(("folder", "name"), ALL, ids=[n for _, n in ALL])
+def test_cli_parse_json_matches_truth(folder: Path, name: str) -> None:
+    r = run_cli("fabrics", "parse", str(folder / f"{name}.ibnetdiscover.txt"), "--json")
     assert r.exit_code == 0, r.stderr
     (fabric,) = json.loads(r.stdout)["fabrics"]
-    assert truth_view(fabric) == expected_view(name)
+    assert truth_view(fabric) == expected_view(name, folder)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_both_formats_give_the_same_fabric(name: str) -> None:
+@pytest.mark.parametrize(("folder", "name"), ALL, ids=[n for _, n in ALL])
+def test_both_formats_give_the_same_fabric(folder: Path, name: str) -> None:
     """Same id, cables, rates and verdicts; only what -p cannot carry (adapter node GUIDs,
     switch port counts) differs."""
-    (full,) = parse_file(FIXTURES / f"{name}.ibnetdiscover.txt")
-    (ports,) = parse_file(FIXTURES / f"{name}.ibnetdiscover-p.txt")
+    (full,) = parse_file(folder / f"{name}.ibnetdiscover.txt")
+    (ports,) = parse_file(folder / f"{name}.ibnetdiscover-p.txt")
     assert full.id == ports.id
     assert [(lk.a.label, lk.b.label, str(lk.rate), lk.degraded) for lk in full.links] == \
         [(lk.a.label, lk.b.label, str(lk.rate), lk.degraded) for lk in ports.links]

@@ -14,7 +14,11 @@ from tests.fabric.fabric_gen import SWITCH_BASE, Built, synth_from_graph, three_
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
 
 
-@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.ibnetdiscover.txt")), ids=lambda p: p.name)
+REAL = sorted([*FIXTURES.glob("*.ibnetdiscover.txt"),
+               *(Path(__file__).resolve().parent / "captures").glob("*.ibnetdiscover.txt")])
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_writer_reprints_real_captures_byte_for_byte(path: Path) -> None:
     text = path.read_text()
     graph = parse_graph(text)
