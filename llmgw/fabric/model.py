@@ -200,12 +200,6 @@ class Fabric:
         counts: Counter[str] = Counter(s.tier or "unreached" for s in self.switches)
         return {t: counts[t] for t in (*TIER_ORDER, "unreached") if counts[t]}
 
-    def switch_by_guid(self, guid: int) -> Switch | None:
-        for s in self.switches:
-            if s.guid == guid:
-                return s
-        return None
-
     def to_json(self) -> dict[str, Any]:
         adapters = sum(len(a) for a in self.hosts.values())
         return {
