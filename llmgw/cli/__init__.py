@@ -27,6 +27,8 @@ COMMAND_MODULES = [
     "llmgw.cli.fabrics_cmd",
     "llmgw.cli.router_cmd",
     "llmgw.cli.keys_cmd",
+    "llmgw.cli.plan_cmd",
+    "llmgw.cli.edit_cmd",
 ]
 
 

@@ -233,31 +233,32 @@ def _choose_multi(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice |
         def pref(n: NodeView, fabric: str = fabric) -> tuple[object, ...]:
             return (n.degraded.get(fabric, False), n.ordinal not in holders, *_pack(n, p.gpu_class), n.ordinal)
 
+        def cheap(c: tuple[NodeView, ...], fabric: str = fabric) -> tuple[int, int, int, int, list[int]]:
+            return (sum(n.degraded.get(fabric, False) for n in c), -sum(n.ordinal in holders for n in c),
+                    sum(not n.partly_used for n in c), sum(n.free_count(p.gpu_class) for n in c),
+                    sorted(n.ordinal for n in c))
+
         candidates: list[tuple[NodeView, ...]] = []
         leaf_groups: dict[tuple[tuple[str, str], ...], list[NodeView]] = {}
         for n in nodes:
             sig = n.leaves.get(fabric, ())
             if sig:
                 leaf_groups.setdefault(sig, []).append(n)
-        # Nodes with identical adapter->leaf maps share their leaves and are rail-aligned;
-        # the best such group is one candidate, the best nodes regardless of leaf another.
+        # Nodes with identical adapter->leaf maps share their leaves and are rail-aligned:
+        # the best few such groups are candidates, and so are the best nodes regardless of leaf.
         for group in leaf_groups.values():
             if len(group) >= want:
                 candidates.append(tuple(sorted(group, key=pref)[:want]))
-        candidates.sort(key=lambda c: [pref(n) for n in c])
-        candidates = candidates[:1]
+        candidates.sort(key=cheap)
+        candidates = candidates[:3]
         candidates.append(tuple(sorted(nodes, key=pref)[:want]))
         for cand in candidates:
             names = [n.name for n in cand]
             score: tuple[object, ...] = (
                 not fleet.fabric_index.share_leaf(names, fabric),
                 not fleet.fabric_index.rails_aligned(names, fabric),
-                sum(n.degraded.get(fabric, False) for n in cand),
-                -sum(n.ordinal in holders for n in cand),
-                sum(not n.partly_used for n in cand),
-                sum(n.free_count(p.gpu_class) for n in cand),
+                *cheap(cand),
                 fabric,
-                sorted(n.ordinal for n in cand),
             )
             if best is None or score < best[0]:
                 ranked = tuple(sorted(cand, key=lambda n: n.ordinal))

@@ -370,8 +370,13 @@ class _Planner:
                                address=self.fleet.by_name[s.node].host.mgmt_address
                                if s.node in self.fleet.by_name else "")
                   for s in sorted(r.shards, key=lambda s: s.rank)]
+        fabric = None
+        if len(shards) > 1:
+            views = [self.fleet.by_name.get(s.node) for s in shards]
+            common = set.intersection(*(set(v.fabrics) if v else set() for v in views))
+            fabric = min(common) if common else None
         return PlannedReplica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, shards=shards,
-                              endpoint=r.endpoint, spec_hash=r.spec_hash, status="kept")
+                              endpoint=r.endpoint, spec_hash=r.spec_hash, status="kept", fabric=fabric)
 
     def _unplaced(self, model: Model) -> Unplaced:
         entry = self.unplaced.get(model.name)

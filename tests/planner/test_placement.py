@@ -1,0 +1,173 @@
+"""Filters reject with a sentence naming node and shortfall; preferences rank, never reject."""
+
+from __future__ import annotations
+
+from llmgw.facts.model import Weights
+from llmgw.planner import MapFabrics, make_plan
+from llmgw.planner.plan import Plan
+from llmgw.weights.names import cache_name
+from tests.planner.build import cpu_profile, facts, gpu_profile, gpus, host, inputs, model
+
+
+def reasons(plan: Plan, name: str) -> list[str]:
+    entry = next(u for u in plan.unplaced if u.model == name)
+    return [r.reason for r in entry.rejections]
+
+
+def placed_on(plan: Plan, name: str) -> list[list[str]]:
+    return [[s.node for s in r.shards] for r in plan.desired.replicas if r.model == name]
+
+
+def test_each_filter_names_the_node_and_the_shortfall() -> None:
+    m = model("m", gpu_profile(gpus=4, gpu_class="H100-80GB", min_memory_gb=24, node_selector={"role": "x"}))
+    hosts = [host("a", labels={"role": "x"}), host("b", "cordoned", {"role": "x"}), host("c", labels={"role": "y"}),
+             host("d", labels={"role": "x"}), host("e", labels={"role": "x"}), host("f", labels={"role": "x"}),
+             host("g", labels={"role": "x"}), host("h", "draining", {"role": "x"})]
+    fs = [facts("a", 8, mem_gb=8), facts("c", 8), facts("d", 8, cls="A100-80GB"), facts("e", 2),
+          facts("f", None), facts("g", gpu_list=gpus(8, sick={0: "GPU lost", 1: "ECC", 2: "x", 3: "y", 4: "z"}))]
+    got = reasons(make_plan(inputs([m], hosts, fs)), "m")
+    assert got == [
+        "a: has 8 GB of memory, needs 24",
+        "b: cordoned",
+        "c: does not match node_selector role=x (has role=y)",
+        "d: has no H100-80GB GPUs (has 8 A100-80GB), needs 4",
+        "e: has 2 H100-80GB GPUs, needs 4",
+        "f: GPUs not known (not reported), needs 4 H100-80GB GPUs",
+        "g: 3 of 8 H100-80GB GPUs free, needs 4 (GPU 0 unhealthy: GPU lost; GPU 1 unhealthy: ECC; 3 more unhealthy)",
+        "h: draining",
+    ]
+
+
+def test_gpus_taken_by_earlier_replicas_are_not_free() -> None:
+    m = model("m", gpu_profile(gpus=3), min=3)
+    plan = make_plan(inputs([m], [host("a")], [facts("a", 8)]))
+    assert len(plan.desired.replicas) == 2
+    assert reasons(plan, "m") == ["a: 2 of 8 GPUs free, needs 3"]
+    assert [r.shards[0].gpus for r in plan.desired.replicas] == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_unknown_resources_pass_their_filter() -> None:
+    m = model("m", cpu_profile(mem=64))
+    plan = make_plan(inputs([m], [host("a")], [facts("a", 0, mem_gb=None)], sizes={m.source: 10**12}))
+    assert placed_on(plan, "m") == [["a"]]
+
+
+def test_no_facts_at_all_takes_cpu_but_not_gpu_profiles() -> None:
+    cpu = model("cpu", cpu_profile(mem=512))
+    gpu = model("gpu", gpu_profile(gpus=1))
+    plan = make_plan(inputs([cpu, gpu], [host("a")]))
+    assert placed_on(plan, "cpu") == [["a"]]
+    assert reasons(plan, "gpu") == ["a: no facts gathered yet, needs 1 GPUs (run `llmgw facts`)"]
+
+
+def test_memory_is_reserved_by_each_replica() -> None:
+    m = model("m", cpu_profile(mem=10), min=3)
+    plan = make_plan(inputs([m], [host("a")], [facts("a", 0, mem_gb=25)]))
+    assert len(plan.desired.replicas) == 2
+    assert reasons(plan, "m") == ["a: 5 of 25 GB of memory unreserved, needs 10"]
+
+
+def test_disk_filter_counts_weights_once_and_skips_holders() -> None:
+    a = model("a", cpu_profile(), source="hf://o/r/a.gguf")
+    b = model("b", cpu_profile(), source="hf://o/r/b.gguf", min=2)
+    gb = 1024**3
+    sizes = {a.source: 60 * gb, b.source: 30 * gb}
+    held = Weights(path="/var/cache/llmgw/x", size_bytes=1, cache=True, cache_name=cache_name(b.source))
+    fs = [facts("n1", 0, disk_free_gb=50), facts("n2", 0, disk_free_gb=50, weights=[held])]
+    plan = make_plan(inputs([a, b], [host("n1"), host("n2")], fs, sizes=sizes))
+    assert reasons(plan, "a") == ["n1: 50 GB free on / for /var/cache/llmgw, weights need 60",
+                                  "n2: 50 GB free on / for /var/cache/llmgw, weights need 60"]
+    # b's weights are on n2 already: both replicas go there (holders first), no disk spent.
+    assert placed_on(plan, "b") == [["n2"], ["n2"]]
+
+
+def test_shared_filesystem_is_one_pool() -> None:
+    a = model("a", cpu_profile(), source="hf://o/r/a.gguf", min=2)
+    c = model("c", cpu_profile(), source="hf://o/r/c.gguf")
+    gb = 1024**3
+    fs = [facts(n, 0, disk_free_gb=100, shared_device="filer:/models", mem_gb=10) for n in ("n1", "n2")]
+    plan = make_plan(inputs([a, c], [host("n1"), host("n2")], fs, sizes={a.source: 60 * gb, c.source: 60 * gb}))
+    assert len(placed_on(plan, "a")) == 2  # one copy serves both nodes
+    assert reasons(plan, "c") == ["n1: 40 GB free on shared /srv for /var/cache/llmgw, weights need 60",
+                                  "n2: 40 GB free on shared /srv for /var/cache/llmgw, weights need 60"]
+
+
+def test_profiles_are_tried_in_catalog_order() -> None:
+    m = model("m", gpu_profile("big", gpus=8), gpu_profile("small", gpus=2))
+    plan = make_plan(inputs([m], [host("a")], [facts("a", 4)]))
+    assert [r.profile for r in plan.desired.replicas] == ["small"]
+
+
+def test_packing_prefers_partly_used_nodes_and_best_fit() -> None:
+    big = model("big", gpu_profile(gpus=6))
+    small = model("small", gpu_profile(gpus=2), min=2)
+    plan = make_plan(inputs([big, small], [host("a"), host("b"), host("c")], [facts(n, 8) for n in "abc"]))
+    # big lands on a; both smalls fill what is left of a, so b and c stay whole.
+    assert placed_on(plan, "big") == [["a"]]
+    assert placed_on(plan, "small") == [["a"], ["b"]]
+
+
+def test_nodes_holding_the_weights_come_first() -> None:
+    m = model("m", gpu_profile(gpus=1))
+    held = Weights(path="/var/cache/llmgw/x", size_bytes=1, cache=True, cache_name=cache_name(m.source))
+    plan = make_plan(inputs([m], [host("a"), host("b")], [facts("a", 8), facts("b", 8, weights=[held])]))
+    assert placed_on(plan, "m") == [["b"]]
+
+
+def test_operator_file_counts_as_holding_the_weights() -> None:
+    m = model("m", gpu_profile(gpus=1), source="hf://org/repo/weights.gguf")
+    own = Weights(path="/models/weights.gguf", size_bytes=1, cache=False)
+    plan = make_plan(inputs([m], [host("a"), host("b")], [facts("a", 8), facts("b", 8, weights=[own])]))
+    assert placed_on(plan, "m") == [["b"]]
+
+
+def test_cpu_profiles_prefer_nodes_without_gpus() -> None:
+    m = model("m", cpu_profile())
+    plan = make_plan(inputs([m], [host("a"), host("z")], [facts("a", 8), facts("z", 0)]))
+    assert placed_on(plan, "m") == [["z"]]
+
+
+FABRIC = MapFabrics(
+    leaves={
+        "n1": {"ib": {"mlx5_0": "leaf-1"}}, "n2": {"ib": {"mlx5_0": "leaf-2"}},
+        "n3": {"ib": {"mlx5_0": "leaf-2"}}, "n4": {"ib": {"mlx5_0": "leaf-1"}},
+        "n5": {"ib2": {"mlx5_0": "leaf-9"}},
+    },
+    degraded=frozenset({("n4", "ib")}),
+)
+
+
+def test_multi_node_needs_whole_nodes_on_one_fabric() -> None:
+    m = model("m", gpu_profile(gpus=8, nodes=3))
+    hosts = [host(f"n{i}") for i in range(1, 7)]
+    fs = [facts(f"n{i}", 8) for i in range(1, 7)]
+    plan = make_plan(inputs([m], hosts, fs, fabrics=FABRIC))
+    assert placed_on(plan, "m") == [["n1", "n2", "n3"]]  # n4's cable is degraded: last
+
+
+def test_multi_node_prefers_one_leaf() -> None:
+    m = model("m", gpu_profile(gpus=8, nodes=2))
+    hosts = [host(f"n{i}") for i in range(1, 5)]
+    plan = make_plan(inputs([m], hosts, [facts(f"n{i}", 8) for i in range(1, 5)], fabrics=FABRIC))
+    # n1+n4 share leaf-1 but n4 is degraded; n2+n3 share leaf-2 with clean cables.
+    assert placed_on(plan, "m") == [["n2", "n3"]]
+    assert plan.desired.replicas[0].fabric == "ib"
+
+
+def test_multi_node_rejection_names_the_fabric() -> None:
+    m = model("m", gpu_profile(gpus=8, nodes=2))
+    hosts = [host("n1"), host("n2"), host("n5"), host("n6")]
+    fs = [facts("n1", 8), facts("n2", 4), facts("n5", 8), facts("n6", 8)]
+    assert reasons(make_plan(inputs([m], hosts, fs, fabrics=FABRIC)), "m") == [
+        "n2: has 4 GPUs, needs 8",
+        "n6: on no InfiniBand fabric, and a 2-node profile needs one",
+        "fabric ib: 1 node with 8 GPUs free, needs 2",
+        "fabric ib2: 1 node with 8 GPUs free, needs 2",
+    ]
+
+
+def test_ports_come_from_the_range_and_run_out_with_a_reason() -> None:
+    m = model("m", cpu_profile(), min=3)
+    plan = make_plan(inputs([m], [host("a")], [facts("a", 0)], ports=(30000, 30001)))
+    assert [r.shards[0].port for r in plan.desired.replicas] == [30000, 30001]
+    assert reasons(plan, "m") == ["a: every port in 30000-30001 is taken"]
