@@ -31,11 +31,11 @@ from typing import Any
 import aiohttp
 
 from llmgw.router.auth import Principal
-from llmgw.router.errors import Message, Receive, RouterError, Scope, Send, error_body, send_error
+from llmgw.router.errors import Receive, RouterError, Scope, Send, error_body, send_error
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import OnDemand
 from llmgw.router.settings import RouterSettings
-from llmgw.router.streaming import SseUsageScanner, usage_of
+from llmgw.router.streaming import SseUsageScanner
 from llmgw.router.table import ModelEntry, ReplicaRuntime, RoutingTable
 from llmgw.router.usage import Clock, UsageRecorder
 
@@ -52,6 +52,38 @@ _UPSTREAM_HEADERS = {"Content-Type": "application/json", "Accept": "*/*"}
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_KEEP = 32 * 1024 * 1024  # largest plain body kept to read its usage
 _CLIENT_CLOSED = 499
+_USAGE_KEY = '"usage"'
+_decoder = json.JSONDecoder()
+
+
+def usage_in_json(body: bytes) -> dict[str, Any] | None:
+    """The top-level `usage` object of a JSON response, without parsing the rest of it.
+
+    Engines put `usage` once, at the top level; the last occurrence is the one (a
+    completion's text could mention the word, but only inside a string before it).
+    """
+    text = body.decode("utf-8", "replace")
+    at = text.rfind(_USAGE_KEY)
+    while at >= 0:
+        colon = at + len(_USAGE_KEY)
+        while colon < len(text) and text[colon] in " \t\r\n":
+            colon += 1
+        if colon < len(text) and text[colon] == ":":
+            start = colon + 1
+            while start < len(text) and text[start] in " \t\r\n":
+                start += 1
+            try:
+                value, _ = _decoder.raw_decode(text, start)
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                return value
+        at = text.rfind(_USAGE_KEY, 0, at)
+    return None
+
+
+class _CutOff(Exception):
+    """A plain (non-SSE) body broke off after it started: the connection must be dropped."""
 
 
 class _Retry(Exception):
@@ -62,15 +94,50 @@ class ClientGone(Exception):
     """The client closed its connection before the request body arrived."""
 
 
-class _Conn:
-    """What the disconnect watcher and the request share."""
+_NEVER = float("inf")
 
-    __slots__ = ("disconnected", "done", "started")
 
-    def __init__(self) -> None:
-        self.done = False
-        self.disconnected = False
-        self.started = False
+class Flight:
+    """One request in flight, as the watchdog sees it.
+
+    Per-request timers and tasks cost more than the rest of the hot path together, so
+    there are none: the proxy writes a deadline here as it moves through the phases
+    (first byte, then each gap between chunks), and one watchdog loop cancels the
+    requests whose deadline passed. The same loop gives a request that is still
+    running after `WATCH_AFTER` seconds a task that waits for its client to disconnect;
+    quick requests never need one.
+    """
+
+    __slots__ = ("deadline", "done", "phase", "reason", "receive", "started", "task", "watcher")
+
+    def __init__(self, task: asyncio.Task[Any] | None, receive: Receive, started: float) -> None:
+        self.task = task
+        self.receive = receive
+        self.started = started  # monotonic
+        self.deadline = _NEVER
+        self.phase = ""
+        self.reason: str | None = None  # why the watchdog or the watcher cancelled: timeout|disconnect
+        self.done = False  # the response is complete: a disconnect now is the normal end
+        self.watcher: asyncio.Task[None] | None = None
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None and not self.done and self.task is not None:
+            self.reason = reason
+            self.task.cancel()
+
+    def absorb(self) -> None:
+        """Our own cancellation was handled: let the task carry on."""
+        if self.task is not None:
+            self.task.uncancel()
+
+    async def watch(self) -> None:
+        message = await self.receive()
+        while message["type"] != "http.disconnect":  # pragma: no cover - the body was read already
+            message = await self.receive()
+        self.cancel("disconnect")
+
+
+WATCH_AFTER = 0.2  # seconds before a request gets a disconnect watcher
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
@@ -157,33 +224,17 @@ class Proxy:
         self.recorder = recorder
         self.clock = clock
         self.ondemand = ondemand
+        self.flights: set[Flight] = set()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
                      path: str, usage_capable: bool) -> None:
         started = time.perf_counter()
         label = "-"
         status = 500
-        conn = _Conn()
-        task = asyncio.current_task()
-        watcher: asyncio.Task[None] | None = None
-
-        async def watch() -> None:
-            message = await receive()
-            while message["type"] != "http.disconnect":  # pragma: no cover - body already read
-                message = await receive()
-            if not conn.done and task is not None:
-                conn.disconnected = True
-                task.cancel()
-
-        async def tracked_send(message: Message) -> None:
-            conn.started = True
-            if not message.get("more_body", False) and message["type"] == "http.response.body":
-                conn.done = True  # from here on a disconnect is the normal end, not a cancel
-            await send(message)
-
+        flight = Flight(asyncio.current_task(), receive, time.monotonic())
         try:
             body = await read_body(scope, receive, self.settings.max_body_bytes)
-            watcher = asyncio.create_task(watch())
+            self.flights.add(flight)
             req, name = parse_request(body)
             table = self.table()
             entry = table.resolve(name)
@@ -194,27 +245,41 @@ class Proxy:
             label = entry.name
             self._admit(principal)
             status = await self._route(table, entry, req, body, path, usage_capable, principal,
-                                       tracked_send, started)
+                                       send, started, flight)
         except RouterError as err:
             status = err.status
             if err.status == 429:
                 self.metrics.reject("quota")
-            if not conn.started:
-                await send_error(send, err)
+            flight.done = True
+            await send_error(send, err)
         except ClientGone:
             status = _CLIENT_CLOSED
+        except _CutOff:
+            status = 502  # returning without completing the response makes uvicorn drop the connection
         except asyncio.CancelledError:
-            if not conn.disconnected:
+            if flight.reason != "disconnect":
                 raise
-            t = asyncio.current_task()
-            if t is not None:
-                t.uncancel()
+            flight.absorb()
             status = _CLIENT_CLOSED
         finally:
-            conn.done = True
-            if watcher is not None:
-                watcher.cancel()
+            flight.done = True
+            self.flights.discard(flight)
+            if flight.watcher is not None:
+                flight.watcher.cancel()
             self.metrics.request_done(label, status, time.perf_counter() - started)
+
+    async def watchdog(self, tick: float = 0.1) -> None:
+        """Enforce first-byte and chunk-gap deadlines; watch long requests for disconnects."""
+        while True:
+            await asyncio.sleep(tick)
+            self.check_flights(time.monotonic())
+
+    def check_flights(self, now: float) -> None:
+        for f in list(self.flights):
+            if now >= f.deadline:
+                f.cancel("timeout")
+            elif f.watcher is None and not f.done and now - f.started >= WATCH_AFTER:
+                f.watcher = asyncio.create_task(f.watch())
 
     def _admit(self, principal: Principal) -> None:
         now = time.time()
@@ -231,7 +296,7 @@ class Proxy:
 
     async def _route(self, table: RoutingTable, entry: ModelEntry, req: dict[str, Any], raw: bytes,
                      path: str, usage_capable: bool, principal: Principal, send: Send,
-                     started: float) -> int:
+                     started: float, flight: Flight) -> int:
         inject = wants_injection(req, usage_capable)
         tried: set[str] = set()
         attempts = 0
@@ -258,7 +323,7 @@ class Proxy:
                     body = upstream_body(req, raw, target.name, inject)
                 try:
                     return await self._attempt(replica, target.name, path, body, inject,
-                                               principal, send, started)
+                                               principal, send, started, flight)
                 except _Retry:
                     continue
         if refusal is not None and not tried:
@@ -268,30 +333,39 @@ class Proxy:
                           code="no_replica_available", headers={"Retry-After": str(self.settings.retry_after)})
 
     async def _attempt(self, replica: ReplicaRuntime, model: str, path: str, body: bytes, strip: bool,
-                       principal: Principal, send: Send, started: float) -> int:
+                       principal: Principal, send: Send, started: float, flight: Flight) -> int:
         settings = self.settings
         replica.begin()
         resp: aiohttp.ClientResponse | None = None
         try:
+            flight.phase = "first_byte"
+            flight.deadline = time.monotonic() + settings.first_byte_timeout
             try:
-                async with asyncio.timeout(settings.first_byte_timeout):
-                    resp = await self.session.post(replica.endpoint + path, data=body, headers=_UPSTREAM_HEADERS)
-                    if resp.status in _RETRYABLE_STATUS:
-                        await resp.read()
-                        raise _Retry(f"answered {resp.status}")
-                    first = await resp.content.readany()
+                resp = await self.session.post(replica.endpoint + path, data=body, headers=_UPSTREAM_HEADERS)
+                if resp.status in _RETRYABLE_STATUS:
+                    await resp.read()
+                    raise _Retry(f"answered {resp.status}")
+                first = await resp.content.readany()
             except _Retry as exc:
+                flight.deadline = _NEVER
                 self._failed(replica, "status", str(exc))
                 raise
-            except TimeoutError:
-                self._failed(replica, "first_byte_timeout", "no first byte within "
-                             f"{settings.first_byte_timeout:g} s")
+            except asyncio.CancelledError:
+                flight.deadline = _NEVER
+                if flight.reason != "timeout":
+                    raise
+                flight.reason = None
+                flight.absorb()
+                self._failed(replica, "first_byte_timeout",
+                             f"no first byte within {settings.first_byte_timeout:g} s")
                 raise _Retry from None
             except (aiohttp.ClientError, OSError) as exc:
+                flight.deadline = _NEVER
                 self._failed(replica, "connect", f"{type(exc).__name__}: {exc}")
                 raise _Retry from None
+            flight.deadline = _NEVER
             self.metrics.first_byte(model, time.perf_counter() - started)
-            return await self._relay(replica, model, resp, first, strip, principal, send)
+            return await self._relay(replica, model, resp, first, strip, principal, send, flight)
         finally:
             replica.end()
             if resp is not None:
@@ -303,64 +377,72 @@ class Proxy:
         replica.mark_failure(why, base=self.settings.backoff_base, cap=self.settings.backoff_max)
 
     async def _relay(self, replica: ReplicaRuntime, model: str, resp: aiohttp.ClientResponse, first: bytes,
-                     strip: bool, principal: Principal, send: Send) -> int:
+                     strip: bool, principal: Principal, send: Send, flight: Flight) -> int:
         ctype = resp.headers.get("Content-Type", "application/json")
         sse = ctype.startswith("text/event-stream")
+        length = resp.content_length
         headers = [(b"content-type", ctype.encode())]
         if sse:
             headers.append((b"cache-control", b"no-cache"))
             headers.append((b"x-accel-buffering", b"no"))
-        elif resp.content_length is not None:
-            headers.append((b"content-length", str(resp.content_length).encode()))
+        elif length is not None:
+            headers.append((b"content-length", str(length).encode()))
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        if not sse and length is not None and len(first) == length:
+            # The whole body came with the first read (the usual plain completion).
+            flight.done = True
+            await send({"type": "http.response.body", "body": first, "more_body": False})
+            if resp.status == 200:
+                self._account(principal, model, usage_in_json(first))
+            return resp.status
         scanner = SseUsageScanner(strip=strip) if sse else None
         keep: list[bytes] | None = [] if not sse and resp.status == 200 else None
         kept = 0
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         chunk = first
-        loop = asyncio.get_running_loop()
         gap = self.settings.chunk_gap_timeout
+        flight.phase = "chunk_gap"
         try:
-            async with asyncio.timeout(None) as deadline:
-                while chunk:
-                    if scanner is not None:
-                        out = scanner.feed(chunk)
-                    else:
-                        out = chunk
-                        if keep is not None:
-                            kept += len(chunk)
-                            if kept <= _MAX_KEEP:
-                                keep.append(chunk)
-                    if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-                    deadline.reschedule(loop.time() + gap)
-                    chunk = await resp.content.readany()
-                    deadline.reschedule(None)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            why = (f"no data for {gap:g} s inside the response" if isinstance(exc, TimeoutError)
-                   else f"connection lost mid-response: {type(exc).__name__}: {exc}")
+            while chunk:
+                if scanner is not None:
+                    out = scanner.feed(chunk)
+                else:
+                    out = chunk
+                    if keep is not None:
+                        kept += len(chunk)
+                        if kept <= _MAX_KEEP:
+                            keep.append(chunk)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                flight.deadline = time.monotonic() + gap
+                chunk = await resp.content.readany()
+                flight.deadline = _NEVER
+        except (aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
+            flight.deadline = _NEVER
+            resp.close()  # drop the engine connection: it stops generating
+            if isinstance(exc, asyncio.CancelledError):
+                if flight.reason != "timeout":
+                    raise  # the client went away, or the router is stopping
+                flight.reason = None
+                flight.absorb()
+                why = f"no data for {gap:g} s inside the response"
+            else:
+                why = f"connection lost mid-response: {type(exc).__name__}: {exc}"
             self._failed(replica, "mid_response", why)
-            resp.close()
             if not sse:
-                raise  # the client sees a cut-off body: nothing truthful can be added
+                raise _CutOff from None  # the client sees a cut-off body: nothing truthful can be added
             event = b"data: " + error_body(502, f"the engine serving {model!r} failed mid-stream: {why}",
                                            code="upstream_failed") + b"\n\n"
+            flight.done = True
             await send({"type": "http.response.body", "body": event, "more_body": False})
             self._account(principal, model, scanner.usage if scanner else None)
             return 502
-        except asyncio.CancelledError:
-            resp.close()  # the client went away: drop the engine connection so it stops generating
-            raise
+        flight.done = True
         if scanner is not None:
             await send({"type": "http.response.body", "body": scanner.finish(), "more_body": False})
             usage = scanner.usage
         else:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            usage = None
-            if keep and kept <= _MAX_KEEP:
-                try:
-                    usage = usage_of(json.loads(b"".join(keep)))
-                except ValueError:
-                    usage = None
+            usage = usage_in_json(b"".join(keep)) if keep and kept <= _MAX_KEEP else None
         if resp.status == 200:
             self._account(principal, model, usage)
         return resp.status
