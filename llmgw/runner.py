@@ -31,12 +31,13 @@ from llmgw import resources
 from llmgw.errors import RunnerError
 
 TaskStatus = Literal["ok", "failed", "unreachable", "skipped"]
-EventKind = Literal["play_start", "task_start", "host_ok", "host_failed", "host_unreachable", "host_skipped",
-                    "stats", "other"]
+EventKind = Literal["play_start", "task_start", "host_start", "host_ok", "host_failed", "host_unreachable",
+                    "host_skipped", "stats", "other"]
 
 _KINDS: dict[str, EventKind] = {
     "playbook_on_play_start": "play_start",
     "playbook_on_task_start": "task_start",
+    "runner_on_start": "host_start",
     "runner_on_ok": "host_ok",
     "runner_on_failed": "host_failed",
     "runner_on_unreachable": "host_unreachable",
@@ -267,7 +268,7 @@ def _stats(data: Mapping[str, Any]) -> dict[str, HostStats]:
 
 def _output_tail(runner: Any, lines: int = 40) -> list[str]:
     try:
-        text = Path(runner.stdout.name).read_text(encoding="utf-8", errors="replace")
-    except (OSError, AttributeError, ValueError):
+        text = (Path(runner.config.artifact_dir) / "stdout").read_text(encoding="utf-8", errors="replace")
+    except (OSError, AttributeError, TypeError):
         return []
     return [ln for ln in text.splitlines() if ln.strip()][-lines:]

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from llmgw.cli import output
-from llmgw.errors import FabricError
+from llmgw.errors import FabricError, FactsError
 from llmgw.facts.cache import read_facts
 from llmgw.facts.gather import GatherEvent, GatherReport, gather
 from llmgw.facts.model import HostFacts
@@ -37,6 +37,11 @@ def human_bytes(n: int) -> str:
             return f"{value:.1f} {unit}" if value < 10 and unit != "B" else f"{value:.0f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+def iso(ts: datetime) -> str:
+    """ISO 8601 as the facts files write it (UTC as Z)."""
+    return ts.isoformat().replace("+00:00", "Z")
 
 
 def when(ts: datetime) -> str:
@@ -63,7 +68,8 @@ def fabric_lookup(facts: Iterable[HostFacts]) -> tuple[dict[str, list[str] | Non
     out: dict[str, list[str] | None] = {}
     for f in facts:
         ids = list(index.fabrics_of(f.host))
-        active = [p for a in f.ib_adapters or [] for p in a.ports if p.state == "ACTIVE"]
+        active = [p for a in f.ib_adapters or [] for p in a.ports
+                  if p.state == "ACTIVE" and (p.link_layer or "InfiniBand") == "InfiniBand"]
         # On no fabric because it has no active port: none. Active ports no map covers: unknown.
         out[f.host] = ids or (None if f.ib_adapters is None or active else [])
     return out, None
@@ -97,8 +103,8 @@ def node_record(host: Host, facts: HostFacts | None, used: set[int], replicas: l
     }
     if facts is None:
         return rec
-    rec["last_seen"] = facts.gathered_at.isoformat()
-    rec["stale_since"] = facts.stale_since.isoformat() if facts.stale_since else None
+    rec["last_seen"] = iso(facts.gathered_at)
+    rec["stale_since"] = iso(facts.stale_since) if facts.stale_since else None
     rec["stale_reason"] = facts.stale_reason
     rec["memory_mb"] = facts.memory_total_mb
     rec["cpus"] = facts.cpus
@@ -112,8 +118,13 @@ def node_record(host: Host, facts: HostFacts | None, used: set[int], replicas: l
         rec["unhealthy_gpus"] = [{"index": g.index, "uuid": g.uuid, "gpu_class": g.gpu_class,
                                   "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
     if facts.filesystems is not None:
-        rec["disk"] = {"free_bytes": sum(f.free_bytes for f in facts.filesystems),
-                       "total_bytes": sum(f.total_bytes for f in facts.filesystems),
+        # Local pools are what weights fill; shared filers are listed, not added in.
+        local = [f for f in facts.filesystems if not f.shared]
+        shared = [f for f in facts.filesystems if f.shared]
+        rec["disk"] = {"free_bytes": sum(f.free_bytes for f in local) if local else None,
+                       "total_bytes": sum(f.total_bytes for f in local) if local else None,
+                       "shared_free_bytes": sum(f.free_bytes for f in shared) if shared else None,
+                       "shared_total_bytes": sum(f.total_bytes for f in shared) if shared else None,
                        "filesystems": [f.model_dump(mode="json") for f in facts.filesystems]}
     return rec
 
@@ -125,8 +136,12 @@ def node_row(rec: dict[str, Any]) -> list[str]:
         disk_text = UNKNOWN
     elif not disk["filesystems"]:
         disk_text = "none"  # reported: none of the configured dirs exists
+    elif disk["total_bytes"] is None:
+        disk_text = f"shared {human_bytes(disk['shared_free_bytes'])}/{human_bytes(disk['shared_total_bytes'])}"
     else:
         disk_text = f"{human_bytes(disk['free_bytes'])}/{human_bytes(disk['total_bytes'])}"
+        if disk["shared_total_bytes"] is not None:
+            disk_text += " +shared"
     if rec["last_seen"] is None:
         seen = "never"
     else:
@@ -169,7 +184,7 @@ def report_json(report: GatherReport) -> dict[str, Any]:
     return {
         "gathered": [h.host for h in report.gathered],
         "stale": [{"host": h.host, "reason": h.reason,
-                   "stale_since": h.facts.stale_since.isoformat() if h.facts and h.facts.stale_since else None}
+                   "stale_since": iso(h.facts.stale_since) if h.facts and h.facts.stale_since else None}
                   for h in report.stale],
         "failed": [{"host": h.host, "reason": h.reason} for h in report.failed],
     }
@@ -205,8 +220,8 @@ class _ProgressView:
         elif ev.kind == "fabric_start" and ev.total:
             p.console.print(Text(f"  mapping fabrics from {ev.message}"), soft_wrap=True)
         elif ev.kind == "fabric_done":
-            p.console.print(Text.assemble(("  fabric " if ev.ok else "  no fabric map ", "green" if ev.ok else "yellow"),
-                                          f"{ev.host}: {ev.message}"), soft_wrap=True)
+            mark = ("  fabric ", "green") if ev.ok else ("  no fabric map ", "yellow")
+            p.console.print(Text.assemble(mark, f"{ev.host}: {ev.message}"), soft_wrap=True)
 
 
 def register(cli: click.Group) -> None:
@@ -236,7 +251,9 @@ def register(cli: click.Group) -> None:
         else:
             print_summary(report)
         if not report.gathered and (report.stale or report.failed):
-            raise click.exceptions.Exit(1)
+            raise FactsError(f"no host could be gathered ({len(report.stale)} stale, {len(report.failed)} failed)",
+                             hint="check that the hosts are up and reachable over SSH: "
+                                  "`ansible -i INVENTORY all -m ping`")
 
     @cli.command("nodes")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
