@@ -63,16 +63,19 @@ def describe_profile(p: Profile) -> str:
     return ", ".join(parts)
 
 
-def _verdict_line(v: Verdict, chosen: list[str]) -> str:
+def _verdict_line(v: Verdict, chosen: list[str], stale: set[str], multi: bool) -> str:
+    mark = " (stale facts: its last good ones were used)" if v.node in stale else ""
     if v.reason is not None:
-        return f"    {v.reason}"
+        return f"    {v.reason}{mark}"
     if v.fabric is not None:
         return f"    fabric {v.fabric}: enough nodes free"
     assert v.node is not None
-    return f"    {v.node}: chosen" if v.node in chosen else f"    {v.node}: fits"
+    if v.node in chosen:
+        return f"    {v.node}: chosen{mark}"
+    return f"    {v.node}: fits{' a shard' if multi else ''}{mark}"
 
 
-def _attempt_lines(model: Model, attempt: Attempt) -> list[str]:
+def _attempt_lines(model: Model, attempt: Attempt, stale: set[str]) -> list[str]:
     lines = [f"Placing {attempt.replica}:"]
     tried = {name: (vs, chosen) for name, vs, chosen in attempt.profiles}
     winner = next((name for name, _, chosen in attempt.profiles if chosen), None)
@@ -83,7 +86,7 @@ def _attempt_lines(model: Model, attempt: Attempt) -> list[str]:
         vs, chosen = tried[p.name]
         verdict = "placed it" if chosen else "no node fits"
         lines.append(f"  profile {p.name} ({describe_profile(p)}): {verdict}")
-        lines.extend(_verdict_line(v, chosen) for v in vs)
+        lines.extend(_verdict_line(v, chosen, stale, p.nodes > 1) for v in vs)
     return lines
 
 
@@ -113,7 +116,7 @@ def render_explanation(e: Explanation) -> str:
         out.append(f"  {_where(r)}: {how}")
     for a in e.trace.attempts:
         out.append("")
-        out.extend(_attempt_lines(m, a))
+        out.extend(_attempt_lines(m, a, e.trace.stale))
     if not e.trace.attempts:
         out.append("")
         if status != "on demand":
@@ -121,10 +124,10 @@ def render_explanation(e: Explanation) -> str:
         out.append("Where another replica would go now:")
         for p in m.profiles:
             out.append(f"  profile {p.name} ({describe_profile(p)}):")
-            out.extend(_verdict_line(v, []) for v in e.trace.final_verdicts.get(p.name, []))
-    notes = [n for n in e.plan.notes]
-    if notes:
-        out += ["", "Notes:", *(f"  {n}" for n in notes)]
+            out.extend(_verdict_line(v, [], e.trace.stale, p.nodes > 1)
+                       for v in e.trace.final_verdicts.get(p.name, []))
+    if e.plan.notes:
+        out += ["", "Notes:", *(f"  {n}" for n in e.plan.notes)]
     return "\n".join(out) + "\n"
 
 

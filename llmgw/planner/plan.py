@@ -169,6 +169,7 @@ class Trace:
     model: str
     attempts: list[Attempt] = field(default_factory=list)
     final_verdicts: dict[str, list[Verdict]] = field(default_factory=dict)
+    stale: set[str] = field(default_factory=set)  # nodes planned with their last good (stale) facts
 
 
 @dataclass
@@ -513,6 +514,7 @@ class _Planner:
             change=sum(a.action == "update" for a in actions),
             destroy=sum(a.action in ("destroy", "replace") for a in actions))
         if self.trace is not None:
+            self.trace.stale = {n.name for n in self.fleet.nodes if n.facts is not None and n.facts.stale}
             for m in self.catalog:
                 if m.name == self.trace.model:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
