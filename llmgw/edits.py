@@ -104,11 +104,31 @@ def _is_content(line: str) -> bool:
     return bool(s) and not s.startswith("#")
 
 
+def _collection_end(line: str, col: int) -> int:
+    """Where the flow collection opening at `col` closes (exclusive), on the same line."""
+    depth, quote = 0, ""
+    for i in range(col, len(line)):
+        ch = line[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    raise UnsafeEdit("a flow collection spans lines", hint=BY_HAND)
+
+
 def _scalar_end(line: str, col: int, flow: bool) -> int:
-    """Where the scalar starting at `col` ends (exclusive)."""
+    """Where the scalar (or same-line flow collection) starting at `col` ends (exclusive)."""
     if col >= len(line):
         return col
     q = line[col]
+    if flow and q in "{[":
+        return _collection_end(line, col)
     if q in "\"'":
         i = col + 1
         while i < len(line):
@@ -212,8 +232,6 @@ def set_key(text: str, path: Path, mapping_at: Path_, key: str, value: str) -> s
         return "".join(lines)
     last_key = list(mapping)[-1]
     if flow:
-        if isinstance(mapping[last_key], dict | list):
-            raise UnsafeEdit(f"{path}: cannot add {key} here", hint=BY_HAND)
         vl, vc = mapping.lc.value(last_key)
         line = lines[vl]
         end = _scalar_end(line, vc, True)
@@ -236,9 +254,12 @@ def remove_item(text: str, path: Path, seq_at: Path_, index: int) -> str:
     lines = text.splitlines(keepends=True)
     il, ic = seq.lc.item(index)
     dash = ic - 2 if lines[il][ic - 2:ic].startswith("-") else _indent(lines[il])
-    start = il
     if not lines[il].lstrip().startswith("-"):
         raise UnsafeEdit(f"{path}: cannot find the list item", hint=BY_HAND)
+    # Comment lines right above the item (no blank line between) introduce it: they go with it.
+    start = il
+    while start > 0 and lines[start - 1].strip().startswith("#") and _indent(lines[start - 1]) >= dash:
+        start -= 1
     end = il + 1
     while end < len(lines):
         line = lines[end]
@@ -381,8 +402,10 @@ def node_state_edit(inventory: Path, node: str, state: NodeState) -> FileEdit | 
             f"{node} is defined in {where}, which is not YAML; llmgw edits only YAML inventories",
             hint=f"set `llmgw_node_state: {state}` for {node} by hand, or move the host to a YAML "
                  f"inventory or host_vars/{node}.yml; nothing was written", host=node)
+    # host_vars files (at == ()) outrank the inventory's own host vars; among inventory
+    # entries the last one read wins, as in Ansible.
     setting = [e for e in entries if e.sets_state]
-    entry = setting[-1] if setting else entries[0]
+    entry = next((e for e in setting if e.at == ()), setting[-1] if setting else entries[0])
     before = entry.file.read_text(encoding="utf-8")
     after = set_key(before, entry.file, entry.at, "llmgw_node_state", state)
 
