@@ -1,0 +1,19 @@
+"""Operator views: the data behind `llmgw status/models/replicas` AND the dashboard.
+
+Both the CLI and the dashboard call these functions and render the plain JSON-ready
+dicts they return, so a terminal and a browser can never disagree about the fleet.
+
+    sitedata.py  everything a view reads from a site, loaded once (and cached by mtimes)
+    runtime.py   what the routers' admin API adds: in-flight counts, last use, errors
+    status.py    the aggregates: capacity per GPU class, free whole nodes per fabric, counts
+    models.py    per model: who serves it, replicas ready/min, a status word; placement failures
+    replicas.py  per replica: shards, state, age, idle, endpoint, errors, downloads
+    nodes.py     per node, and one node in full
+    fabrics.py   fabrics, and one fabric laid out for drawing
+    text.py      durations, sizes and bars, shared by terminal and browser
+"""
+
+from llmgw.views.runtime import Runtime
+from llmgw.views.sitedata import SiteData, SiteDataCache, load_site_data
+
+__all__ = ["Runtime", "SiteData", "SiteDataCache", "load_site_data"]

@@ -1,0 +1,169 @@
+"""Fabrics: the list, one fabric's topology (the JSON of `/api/v1/fabrics/{id}/topology`),
+and a drawing of it laid out for the fabric page.
+
+The layout is computed here, in Python, so the page is plain server-rendered SVG: switches
+in rows by tier (core on top, leaves at the bottom), each leaf's adapters fanned out under
+it (grouped by host), every cable a line of its own (parallel cables side by side), its
+colour by trained rate, degraded ones red. Adapters are coloured by rail (`mlx5_0`,
+`mlx5_1`...): under a rail-aligned leaf every adapter has one colour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.fabric import End, Fabric, Link
+from llmgw.fabric.model import TIER_ORDER, hexguid, natural_key
+from llmgw.views.sitedata import SiteData
+
+# Eight rail colours that stay apart for most colour vision (Okabe-Ito, darkened yellow).
+RAIL_COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#8c7a00", "#555555")
+# Cable colours from the fastest rate down; degraded cables are always red.
+RATE_COLOURS = ("#2b6cb0", "#2f855a", "#b7791f", "#6b46c1", "#718096")
+DEGRADED = "#e02424"
+
+SWITCH_W, SWITCH_H = 132, 34
+AD_W, AD_H, AD_GAP, HOST_GAP, LEAF_GAP = 14, 22, 4, 10, 36
+ROW_GAP, MARGIN, LABEL_ROOM = 130, 30, 120
+
+
+def fabrics_list(data: SiteData) -> list[dict[str, Any]]:
+    out = []
+    for fid, f in data.fabrics.fabrics.items():
+        j = f.to_json()
+        out.append({"id": fid, "source": f.source, **j["summary"],
+                    "nodes": sorted(h for h in f.hosts if h in data.inventory.nodes)})
+    return out
+
+
+def _end_key(end: End) -> str | None:
+    if end.kind == "switch" and end.guid is not None:
+        return f"sw-{hexguid(end.guid)}"
+    if end.host is not None and end.ca is not None:
+        return f"ca-{end.host}-{end.ca}-{end.port}"
+    if end.guid is not None:
+        return f"ep-{hexguid(end.guid)}-{end.port}"
+    return None
+
+
+def short_switch_name(name: str) -> str:
+    """`MF0;leaf-01:MQM8790/U1` -> `leaf-01`: the part an operator names a switch by."""
+    text = name.split(";", 1)[1] if ";" in name else name
+    return text.split(":", 1)[0] or name
+
+
+def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
+    """Positions of every switch, adapter and cable of `fabric`, for an SVG."""
+    rates = sorted({link.rate for link in fabric.links if not link.degraded}, key=lambda r: (-(r.gbps or 0.0), str(r)))
+    rate_colour = {str(r): RATE_COLOURS[min(i, len(RATE_COLOURS) - 1)] for i, r in enumerate(rates)}
+    rails = sorted({a.rail for ads in fabric.hosts.values() for a in ads}, key=natural_key)
+    rail_colour = {r: RAIL_COLOURS[i % len(RAIL_COLOURS)] for i, r in enumerate(rails)}
+
+    by_tier: dict[str, list[Any]] = {}
+    for s in fabric.switches:
+        by_tier.setdefault(s.tier or "unreached", []).append(s)
+    for ss in by_tier.values():
+        ss.sort(key=lambda s: (natural_key(short_switch_name(s.name)), s.guid))
+    tiers = [t for t in ("unreached", *reversed(TIER_ORDER)) if t in by_tier]
+
+    # Adapters, and endpoints that belong to no host, grouped under the switch they are cabled to.
+    under: dict[int | None, list[dict[str, Any]]] = {}
+    for host, ads in sorted(fabric.hosts.items(), key=lambda kv: natural_key(kv[0])):
+        for ad in ads:
+            under.setdefault(ad.switch_guid, []).append({
+                "key": f"ca-{host}-{ad.ca}-{ad.port}", "kind": "adapter", "host": host, "ca": ad.ca, "port": ad.port,
+                "rail": ad.rail, "colour": rail_colour[ad.rail], "degraded": ad.degraded, "rate": str(ad.rate),
+                "expected": None if ad.expected is None else str(ad.expected),
+                "switch": ad.switch, "switch_port": ad.switch_port, "guid": hexguid(ad.guid),
+                "port_guid": hexguid(ad.port_guid), "lid": ad.lid, "label": f"{host} {ad.ca}"})
+    for e in fabric.endpoints:
+        under.setdefault(e.peer.guid, []).append({
+            "key": _end_key(e.end), "kind": "endpoint", "host": None, "ca": None, "port": e.end.port, "rail": None,
+            "colour": "#a0aec0", "degraded": False, "rate": None, "expected": None, "switch": e.peer.name,
+            "switch_port": e.peer.port, "guid": hexguid(e.end.guid), "port_guid": None, "lid": None,
+            "label": e.end.name})
+
+    y_of = {t: MARGIN + 20 + i * ROW_GAP for i, t in enumerate(tiers)}
+    bottom_row_y = y_of[tiers[-1]] if tiers else MARGIN
+    ad_y = bottom_row_y + ROW_GAP
+    nodes: list[dict[str, Any]] = []
+    adapters: list[dict[str, Any]] = []
+    pos: dict[str, tuple[float, float, float, float]] = {}  # key -> x, y, w, h
+
+    # The lowest row of switches gets the adapters; its width sets the drawing's.
+    x = float(MARGIN)
+    low = by_tier.get(tiers[-1], []) if tiers else []
+    for s in low:
+        group = under.get(s.guid, [])
+        span = 0.0
+        prev_host: str | None = None
+        xs = []
+        for a in group:
+            if prev_host is not None and a["host"] != prev_host:
+                span += HOST_GAP
+            xs.append(span)
+            span += AD_W + AD_GAP
+            prev_host = a["host"]
+        span = max(span - AD_GAP, 0.0)
+        width = max(float(SWITCH_W), span)
+        sx = x + (width - SWITCH_W) / 2
+        pos[f"sw-{hexguid(s.guid)}"] = (sx, y_of[tiers[-1]], SWITCH_W, SWITCH_H)
+        ax0 = x + (width - span) / 2
+        for a, dx in zip(group, xs, strict=True):
+            pos[a["key"]] = (ax0 + dx, ad_y, AD_W, AD_H)
+            adapters.append({**a, "x": ax0 + dx, "y": ad_y, "w": AD_W, "h": AD_H})
+        x += width + LEAF_GAP
+    orphans = [a for g, ads in under.items() if g not in {s.guid for s in low} for a in ads]
+    for a in orphans:
+        pos[a["key"]] = (x, ad_y, AD_W, AD_H)
+        adapters.append({**a, "x": x, "y": ad_y, "w": AD_W, "h": AD_H})
+        x += AD_W + AD_GAP
+    width = max(x - LEAF_GAP + MARGIN, 2 * MARGIN + SWITCH_W)
+    for t in tiers[:-1]:
+        row = by_tier[t]
+        step = (width - 2 * MARGIN) / len(row)
+        for i, s in enumerate(row):
+            pos[f"sw-{hexguid(s.guid)}"] = (MARGIN + step * (i + 0.5) - SWITCH_W / 2, y_of[t], SWITCH_W, SWITCH_H)
+    for t in tiers:
+        for s in by_tier[t]:
+            key = f"sw-{hexguid(s.guid)}"
+            sx, sy, sw, sh = pos[key]
+            nodes.append({"key": key, "name": s.name, "short": short_switch_name(s.name), "tier": t,
+                          "guid": hexguid(s.guid), "hops": s.hops, "lid": s.lid, "ports": s.ports,
+                          "x": sx, "y": sy, "w": sw, "h": sh})
+
+    # Cables: parallel ones between the same two elements spread side by side.
+    drawn: list[dict[str, Any]] = []
+    missing = 0
+    pairs: dict[tuple[str, str], list[Link]] = {}
+    for link in fabric.links:
+        ka, kb = _end_key(link.a), _end_key(link.b)
+        if ka is None or kb is None or ka not in pos or kb not in pos:
+            missing += 1
+            continue
+        pairs.setdefault((ka, kb), []).append(link)
+    for (ka, kb), links in pairs.items():
+        ax, ay, aw, ah = pos[ka]
+        bx, by, bw, bh = pos[kb]
+        lower, upper = ((ax, ay, aw, ah), (bx, by, bw, bh)) if ay >= by else ((bx, by, bw, bh), (ax, ay, aw, ah))
+        n = len(links)
+        for i, link in enumerate(sorted(links, key=lambda lk: (lk.a.port, lk.b.port))):
+            off = (i - (n - 1) / 2) * 6
+            drawn.append({
+                "a": ka, "b": kb, "kind": link.kind, "rate": str(link.rate),
+                "expected": None if link.expected is None else str(link.expected), "degraded": link.degraded,
+                "colour": DEGRADED if link.degraded else rate_colour.get(str(link.rate), RATE_COLOURS[-1]),
+                "x1": lower[0] + lower[2] / 2 + off, "y1": lower[1],
+                "x2": upper[0] + upper[2] / 2 + off, "y2": upper[1] + upper[3],
+                "title": f"{link.a.label} — {link.b.label}: {link.rate}"
+                         + (f" (expected {link.expected}; degraded)" if link.degraded else "")})
+    height = ad_y + AD_H + LABEL_ROOM + MARGIN if adapters else bottom_row_y + SWITCH_H + MARGIN
+    return {
+        "width": round(width), "height": round(height),
+        "tiers": [{"tier": t, "y": y_of[t], "count": len(by_tier[t])} for t in tiers],
+        "adapter_row_y": ad_y,
+        "switches": nodes, "adapters": adapters, "links": drawn, "links_not_drawn": missing,
+        "rates": [{"rate": r, "colour": c} for r, c in rate_colour.items()],
+        "rails": [{"rail": r, "colour": c} for r, c in rail_colour.items()],
+        "degraded_colour": DEGRADED,
+    }

@@ -1,0 +1,113 @@
+"""Per model: who answers a request now, replicas ready of min, and one status word.
+
+The status word decides what the operator does next:
+
+    ready       at least `scaling.min` replicas are ready            nothing
+    starting    replicas exist, fewer than min are ready yet         wait
+    not placed  the plan cannot place what min asks for              `llmgw explain MODEL`
+    stopped     nothing runs, and the plan would place it            `llmgw apply`
+    on demand   min 0: a router starts one on the first request      nothing
+
+Placement failures are the plan's own `unplaced` entries with every rejection, and a
+one-line summary for places that have room for one line only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from llmgw.catalog import Model, format_duration
+from llmgw.planner.plan import Unplaced
+from llmgw.views.runtime import Runtime
+from llmgw.views.sitedata import SiteData
+
+STATUSES = ("ready", "starting", "not placed", "stopped", "on demand")
+
+
+def summary_reason(u: Unplaced) -> str:
+    """The rejection that binds: a fabric-wide one when there is one, else the commonest
+    node rejection (without the node's name), with how many nodes said it."""
+    fabric = [r.reason for r in u.rejections if r.fabric is not None]
+    if fabric:
+        return fabric[0]
+    reasons = Counter(r.reason.split(": ", 1)[1] if r.node and r.reason.startswith(f"{r.node}: ") else r.reason
+                      for r in u.rejections)
+    if not reasons:
+        return u.not_moved[0].reason if u.not_moved else "no node fits"
+    text, n = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    nodes = len({r.node for r in u.rejections if r.node})
+    return f"{text} ({n} of {nodes} nodes)" if nodes > 1 else text
+
+
+def placement_failures(data: SiteData) -> list[dict[str, Any]]:
+    out = []
+    for u in data.plan.unplaced:
+        profiles: dict[str, list[dict[str, Any]]] = {}
+        for r in u.rejections:
+            profiles.setdefault(r.profile, []).append(
+                {"node": r.node, "fabric": r.fabric, "reason": r.reason})
+        out.append({"model": u.model, "wanted": u.wanted, "placed": u.placed, "summary": summary_reason(u),
+                    "profiles": [{"profile": p, "rejections": rs} for p, rs in profiles.items()],
+                    "not_moved": [n.model_dump(mode="json") for n in u.not_moved],
+                    "explain": f"llmgw explain {u.model}"})
+    return out
+
+
+def _status(m: Model, counts: Mapping[str, int], unplaced: bool) -> str:
+    if m.scaling.min == 0:
+        return "on demand"
+    if unplaced:
+        return "not placed"
+    if counts["ready"] >= m.scaling.min:
+        return "ready"
+    if counts["ready"] or counts["starting"]:
+        return "starting"
+    return "stopped"
+
+
+def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
+    """Every catalog model, in name order, with the placement failures of the plan."""
+    unplaced = {u.model for u in data.plan.unplaced}
+    by_model: dict[str, list[Any]] = {}
+    for r in data.state.replicas:
+        by_model.setdefault(r.model, []).append(r)
+
+    def answering(name: str) -> int:
+        """Ready replicas the routers do not call unhealthy."""
+        n = 0
+        for r in by_model.get(name, []):
+            rt = runtime.replica(r.id)
+            if r.state == "ready" and not (rt is not None and rt.get("health") == "unhealthy"):
+                n += 1
+        return n
+
+    records = []
+    for m in data.catalog:
+        reps = by_model.get(m.name, [])
+        counts = {s: sum(1 for r in reps if r.state == s) for s in ("starting", "ready", "draining")}
+        status = _status(m, counts, m.name in unplaced)
+        serving = answering(m.name)
+        if serving:
+            serving_text = "yes"
+        else:
+            via = next((fb for fb in m.fallbacks if answering(fb)), None)
+            serving_text = (f"via {via}" if via else "on request" if m.scaling.min == 0 else "no")
+        rts = [runtime.replica(r.id) for r in reps]
+        in_flight = sum(int(rt.get("in_flight") or 0) for rt in rts if rt) if runtime.known else None
+        used = sorted(str(rt["last_used"]) for rt in rts if rt and rt.get("last_used"))
+        records.append({
+            **m.model_dump(mode="json"),  # the catalog entry as written: name, aliases, scaling, profiles...
+            "min": m.scaling.min, "max": m.scaling.maximum,
+            "idle_timeout_text": format_duration(m.scaling.idle_timeout),
+            "replicas": {**counts, "total": len(reps)},
+            "replicas_text": f"{counts['ready']}/{m.scaling.min}",
+            "serving": serving_text, "status": status,
+            "hint": f"llmgw explain {m.name}" if status == "not placed"
+            else "llmgw apply" if status == "stopped" else None,
+            "in_flight": in_flight, "last_used": used[-1] if used else None,
+        })
+    counts_by_status = Counter(r["status"] for r in records)
+    return {"models": records, "counts": {s: counts_by_status.get(s, 0) for s in STATUSES},
+            "failures": placement_failures(data), "notes": list(runtime.problems)}

@@ -1,0 +1,101 @@
+"""Per node: inventory state, GPUs (free of healthy, who holds each), memory, disk, fabrics.
+
+A value a host did not report is None (the pages print `-`): unknown is not zero. The
+fields of the list match `llmgw nodes --json`, so the dashboard's table and the CLI's agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.facts.model import HostFacts
+from llmgw.views.sitedata import SiteData
+
+
+def gpu_holders(data: SiteData) -> dict[str, dict[int, str]]:
+    """node -> GPU index -> the replica holding it, from the state."""
+    out: dict[str, dict[int, str]] = {}
+    for r in data.state.replicas:
+        for s in r.shards:
+            for g in s.gpus:
+                out.setdefault(s.node, {})[g] = r.id
+    return out
+
+
+def fabrics_of(data: SiteData, host: str, facts: HostFacts | None) -> list[str] | None:
+    """Fabric ids of the host; [] when it has no active InfiniBand port; None when not known."""
+    ids = data.fabrics.fabrics_of(host)
+    if ids:
+        return ids
+    if facts is None or facts.ib_adapters is None:
+        return None
+    active = [p for a in facts.ib_adapters for p in a.ports if p.state == "ACTIVE"]
+    return None if active else []
+
+
+def node_record(data: SiteData, name: str, holders: dict[int, str]) -> dict[str, Any]:
+    host = data.inventory.nodes[name]
+    facts = data.facts.get(name)
+    replicas = sorted({r.id for r in data.state.replicas for s in r.shards if s.node == name})
+    rec: dict[str, Any] = {
+        "node": name, "state": host.node_state, "labels": dict(host.labels), "address": host.mgmt_address,
+        "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
+        "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
+        "stale_since": None, "stale_reason": None, "unhealthy_gpus": [],
+    }
+    if facts is None:
+        return rec
+    rec["last_seen"] = facts.gathered_at.isoformat()
+    rec["stale_since"] = facts.stale_since.isoformat() if facts.stale_since else None
+    rec["stale_reason"] = facts.stale_reason
+    rec["memory_mb"] = facts.memory_total_mb
+    rec["cpus"] = facts.cpus
+    if facts.gpus is None:
+        rec["gpus_unknown_reason"] = facts.gpus_unknown_reason
+    else:
+        healthy = {g.index for g in facts.gpus if g.healthy}
+        used = set(holders) & healthy
+        rec["gpus"] = {"total": len(facts.gpus), "healthy": len(healthy), "used": len(used),
+                       "free": len(healthy - used)}
+        rec["classes"] = sorted({g.gpu_class for g in facts.gpus})
+        rec["unhealthy_gpus"] = [{"index": g.index, "uuid": g.uuid, "gpu_class": g.gpu_class,
+                                  "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
+    if facts.filesystems is not None:
+        rec["disk"] = {"free_bytes": sum(f.free_bytes for f in facts.filesystems),
+                       "total_bytes": sum(f.total_bytes for f in facts.filesystems),
+                       "filesystems": [f.model_dump(mode="json") for f in facts.filesystems]}
+    return rec
+
+
+def nodes_view(data: SiteData) -> dict[str, Any]:
+    holders = gpu_holders(data)
+    nodes = [node_record(data, n, holders.get(n, {})) for n in sorted(data.inventory.nodes)]
+    return {"nodes": nodes, "notes": list(data.notes)}
+
+
+def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
+    """One node in full: the list record plus every GPU, unit, weights entry and adapter."""
+    if name not in data.inventory.nodes:
+        return None
+    holders = gpu_holders(data).get(name, {})
+    rec = node_record(data, name, holders)
+    facts = data.facts.get(name)
+    rec["gpu_list"] = None if facts is None or facts.gpus is None else [
+        {"index": g.index, "name": g.name, "gpu_class": g.gpu_class, "memory_total_mb": g.memory_total_mb,
+         "healthy": g.healthy, "problems": list(g.problems), "replica": holders.get(g.index)}
+        for g in sorted(facts.gpus, key=lambda g: g.index)]
+    rec["units"] = None if facts is None or facts.units is None else [u.model_dump(mode="json") for u in facts.units]
+    rec["units_unknown_reason"] = facts.units_unknown_reason if facts else None
+    rec["weights"] = None if facts is None or facts.weights is None else [
+        w.model_dump(mode="json") for w in facts.weights]
+    rec["engines"] = facts.engines if facts else None
+    adapters: list[dict[str, Any]] = []
+    for fid in data.fabrics.fabrics_of(name):
+        fabric = data.fabrics.fabrics[fid]
+        host = name if name in fabric.hosts else next((h for h in fabric.hosts if h.split(".")[0] == name), name)
+        for a in fabric.hosts.get(host, ()):
+            adapters.append({"fabric": fid, **a.to_json()})
+    rec["adapters"] = adapters
+    rec["ib_adapters"] = None if facts is None or facts.ib_adapters is None else [
+        a.model_dump(mode="json") for a in facts.ib_adapters]
+    return rec

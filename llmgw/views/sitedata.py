@@ -1,0 +1,105 @@
+"""Everything a view reads from a site, loaded in one go.
+
+The views never touch a file themselves: they are functions of a `SiteData` (and of the
+routers' `Runtime`), so tests build one from the example site and get exact numbers.
+The plan is made here too, with the planner itself: "cannot be placed" in a view is what
+`llmgw plan` would say, not a second opinion.
+
+The dashboard asks for the site on every page; `SiteDataCache` reloads it only when a
+file under the site changed (the inventory goes through `ansible-inventory`, which takes
+seconds).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from llmgw.catalog import Catalog, load_catalog
+from llmgw.errors import FabricError
+from llmgw.fabric import FabricIndex, fabrics_from_facts
+from llmgw.facts.cache import read_facts
+from llmgw.facts.model import HostFacts
+from llmgw.inventory import Inventory, load_inventory
+from llmgw.planner import Plan, PlanInputs, make_plan
+from llmgw.planner.load import weight_sizes
+from llmgw.site import SITE_FILE, Site
+from llmgw.state import State, read_state
+
+
+@dataclass(frozen=True)
+class SiteData:
+    site: Site
+    catalog: Catalog
+    inventory: Inventory
+    facts: dict[str, HostFacts]  # every facts file, inventory node or not
+    state: State
+    fabrics: FabricIndex
+    plan: Plan
+    loaded_at: datetime
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def node_facts(self) -> dict[str, HostFacts]:
+        nodes = self.inventory.nodes
+        return {h: f for h, f in self.facts.items() if h in nodes}
+
+
+def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
+    """Read the catalog, inventory, facts, fabrics and state, and make the plan."""
+    catalog = load_catalog(site.catalog_dir, root=site.root)
+    notes: list[str] = []
+    if site.inventory.exists():
+        inventory = load_inventory(site.inventory)
+    else:
+        inventory = Inventory(path=site.inventory, hosts={})
+        notes.append(f"no inventory at {site.inventory}: there are no nodes to place replicas on")
+    facts = read_facts(site.facts_dir)
+    state = read_state(site.state_file)
+    try:
+        fabrics = fabrics_from_facts(facts.values())
+    except FabricError as exc:
+        fabrics = FabricIndex({})
+        notes.append(f"fabrics unknown: {exc.message}")
+    nodes = inventory.nodes
+    inputs = PlanInputs(catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
+                        state=state, fabrics=fabrics, ports=site.config.ports,
+                        weight_sizes=weight_sizes(site.facts_dir))
+    return SiteData(site=site, catalog=catalog, inventory=inventory, facts=facts, state=state,
+                    fabrics=fabrics, plan=make_plan(inputs), loaded_at=now or datetime.now(UTC),
+                    notes=tuple(notes))
+
+
+def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:
+    """(path, mtime, size) of every file a SiteData is made from: a change to any reloads."""
+    out: list[tuple[str, int, int]] = []
+    for root in (site.root / SITE_FILE, site.catalog_dir, site.inventory, site.facts_dir, site.state_file):
+        paths = [root] if not root.is_dir() else sorted(p for p in root.rglob("*") if p.is_file())
+        for p in paths:
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            out.append((str(p), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+class SiteDataCache:
+    """The site's data, reloaded when a file under it changed since the last load."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._key: tuple[tuple[str, int, int], ...] | None = None
+        self._data: SiteData | None = None
+
+    def get(self) -> SiteData:
+        with self._lock:
+            site = Site.load(self.root)
+            key = _fingerprint(site)
+            if self._data is None or key != self._key:
+                self._data = load_site_data(site)
+                self._key = key
+            return self._data

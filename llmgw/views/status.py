@@ -1,0 +1,114 @@
+"""`llmgw status` and the dashboard's overview: the fleet in aggregates.
+
+- capacity per GPU class: used (held by a replica), free (healthy, unheld, on a ready
+  node), held back (healthy and unheld, on a cordoned or draining node), unhealthy
+  (neither used nor free, whoever holds it); nodes whose GPUs are not known are listed,
+  not counted as zero;
+- free whole nodes per fabric: ready nodes with every GPU healthy and unheld, the unit a
+  multi-node replica is placed in;
+- replica counts by state, model counts by status word, the models the plan cannot place;
+- idle replicas: those nobody has used for `idle_after` seconds (or ever, once that old),
+  known only when a router answered.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from llmgw.views.models import models_view
+from llmgw.views.nodes import gpu_holders
+from llmgw.views.replicas import replicas_view
+from llmgw.views.runtime import Runtime
+from llmgw.views.sitedata import SiteData
+from llmgw.views.text import percent
+
+IDLE_AFTER = 3600.0
+
+
+def capacity(data: SiteData) -> tuple[list[dict[str, Any]], list[str]]:
+    holders = gpu_holders(data)
+    classes: dict[str, dict[str, Any]] = {}
+    unknown = []
+    for name, host in sorted(data.inventory.nodes.items()):
+        f = data.facts.get(name)
+        if f is None or f.gpus is None:
+            unknown.append(name)
+            continue
+        held = holders.get(name, {})
+        for g in f.gpus:
+            c = classes.setdefault(g.gpu_class, {"gpu_class": g.gpu_class, "total": 0, "used": 0, "free": 0,
+                                                 "held_back": 0, "unhealthy": 0, "nodes": set()})
+            c["total"] += 1
+            c["nodes"].add(name)
+            if not g.healthy:
+                c["unhealthy"] += 1
+            elif g.index in held:
+                c["used"] += 1
+            elif host.node_state == "ready":
+                c["free"] += 1
+            else:
+                c["held_back"] += 1
+    out = []
+    for c in sorted(classes.values(), key=lambda c: c["gpu_class"]):
+        c["nodes"] = len(c["nodes"])
+        c["used_percent"] = percent(c["used"], c["total"])
+        out.append(c)
+    return out, unknown
+
+
+def whole_nodes(data: SiteData) -> list[dict[str, Any]]:
+    holders = gpu_holders(data)
+    out = []
+    for fid, fabric in data.fabrics.fabrics.items():
+        members = sorted(n for n in data.inventory.nodes if fid in data.fabrics.fabrics_of(n))
+        free = []
+        for n in members:
+            f = data.facts.get(n)
+            if (data.inventory.nodes[n].node_state == "ready" and f is not None and f.gpus
+                    and all(g.healthy for g in f.gpus) and not holders.get(n)):
+                free.append(n)
+        classes = sorted({g.gpu_class for n in members for g in (data.facts[n].gpus or [])
+                          if n in data.facts})
+        out.append({"fabric": fid, "nodes": len(members), "free_whole_nodes": len(free), "free": free,
+                    "gpu_classes": classes, "degraded_links": len(fabric.degraded_links),
+                    "rails": fabric.rails.status, "switches": len(fabric.switches)})
+    return out
+
+
+def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: float = IDLE_AFTER) -> dict[str, Any]:
+    caps, unknown = capacity(data)
+    models = models_view(data, runtime)
+    reps = replicas_view(data, runtime, now)["replicas"]
+    nodes = data.inventory.nodes
+    node_counts = {s: sum(1 for h in nodes.values() if h.node_state == s) for s in ("ready", "cordoned", "draining")}
+    idle: list[dict[str, Any]] | None = None
+    if runtime.known:
+        idle = []
+        for r in reps:
+            quiet = r["idle_seconds"] if r["used"] else r["age_seconds"]
+            if r["state"] == "ready" and quiet is not None and quiet >= idle_after:
+                idle.append({"id": r["id"], "model": r["model"], "used": r["used"], "idle_seconds": r["idle_seconds"],
+                             "age_seconds": r["age_seconds"]})
+    notes = list(data.notes) + list(runtime.problems)
+    if not runtime.known:
+        notes.append("idle replicas are not known: no router answered")
+    return {
+        "serial": data.state.serial,
+        "capacity": caps,
+        "gpus_unknown": unknown,
+        "fabrics": whole_nodes(data),
+        "nodes": {"total": len(nodes), **node_counts,
+                  "stale": sorted(n for n in nodes if n in data.facts and data.facts[n].stale),
+                  "no_facts": sorted(n for n in nodes if n not in data.facts)},
+        "replicas": {"total": len(reps), **{s: sum(1 for r in reps if r["state"] == s)
+                                            for s in ("ready", "starting", "draining")},
+                     "with_errors": sum(1 for r in reps if r["errors"])},
+        "models": {"total": len(models["models"]), **models["counts"]},
+        "unplaceable": [{"model": f["model"], "wanted": f["wanted"], "placed": f["placed"], "reason": f["summary"]}
+                        for f in models["failures"]],
+        "idle_after_seconds": idle_after,
+        "idle": idle,
+        "routers": list(runtime.routers),
+        "notes": notes,
+    }
