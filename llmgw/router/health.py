@@ -2,8 +2,8 @@
 
 Passive marking happens where requests fail (the proxy calls `mark_failure`); this
 loop is what brings a replica back: a passing check clears its failures and backoff.
-A replica's first check counts from the moment it appears, so a new replica is routed
-to on the state file's word (`ready`) without waiting for the loop.
+A replica is routed to on the state file's word (`ready`: apply saw it healthy) until a
+check or a request says otherwise; its health reads `unknown` until the first check.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ class HealthChecker:
 
     async def run(self) -> None:
         while True:
-            await self.check_all()
             await asyncio.sleep(self.settings.health_interval)
+            await self.check_all()
 
     async def check_all(self) -> None:
         replicas = list(self.table().replicas.values())

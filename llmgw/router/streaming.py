@@ -81,9 +81,14 @@ class SseUsageScanner:
                     except ValueError:
                         obj = None
                     usage = usage_of(obj)
-                    if usage is not None:
+                    if usage is not None and isinstance(obj, dict):
                         self.usage = usage
-                        if self.strip and isinstance(obj, dict) and not obj.get("choices"):
-                            continue  # the event we asked for on the client's behalf
+                        if self.strip:
+                            if not obj.get("choices"):
+                                continue  # the event we asked for on the client's behalf
+                            # Usage riding on a content event (llama-server's completions): keep
+                            # the content, drop what the client did not ask for.
+                            del obj["usage"]
+                            event = b"data: " + json.dumps(obj, separators=(",", ":")).encode()
             out.append(event + _SEP)
         return b"".join(out)

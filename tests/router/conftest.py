@@ -45,8 +45,9 @@ def engines(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
     require_engine()
     started: list[Engine] = []
 
-    def start(name: str = "e", *, parallel: int = 4, ctx: int = 4096, extra: tuple[str, ...] = ()) -> Engine:
-        port = free_port()
+    def start(name: str = "e", *, parallel: int = 4, ctx: int = 4096, extra: tuple[str, ...] = (),
+              port: int | None = None) -> Engine:
+        port = port or free_port()
         log = tmp_path / f"engine-{name}-{port}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(

@@ -48,12 +48,16 @@ def test_complete_events_go_out_at_once_when_stripping() -> None:
     assert s.feed(CHUNKS[1][10:]) == CHUNKS[1]  # ...until its end arrives
 
 
-def test_usage_inside_a_content_chunk_is_kept() -> None:
-    """An engine that puts usage on the last content chunk: count it, never drop content."""
-    event = b'data: {"choices":[{"delta":{"content":"z"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
+def test_usage_inside_a_content_chunk_is_counted_and_removed_only_when_injected() -> None:
+    """llama-server's completions put usage on the last content event: keep the content."""
+    event = (b'data: {"choices":[{"text":"z","finish_reason":"length"}],'
+             b'"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n')
     s = SseUsageScanner(strip=True)
-    assert feed_all(s, [event, b"data: [DONE]\n\n"]) == event + b"data: [DONE]\n\n"
+    out = feed_all(s, [event, b"data: [DONE]\n\n"])
+    assert out == b'data: {"choices":[{"text":"z","finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
     assert s.usage == {"prompt_tokens": 1, "completion_tokens": 1}
+    kept = SseUsageScanner(strip=False)
+    assert feed_all(kept, [event]) == event and kept.usage is not None
 
 
 def test_content_mentioning_usage_is_not_mistaken() -> None:
