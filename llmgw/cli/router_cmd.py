@@ -100,7 +100,7 @@ def register(cli: click.Group) -> None:
                 listen=parse_addr(listen, default_host="0.0.0.0"),
                 admin_listen=parse_addr(admin_listen, default_host="127.0.0.1"),
                 metrics_listen=parse_addr(metrics_listen, default_host="0.0.0.0") if metrics_listen else None,
-                settings=settings,
+                settings=settings, site_dir=site.root if site is not None else None,
                 activator=load_activator(activator, state_path, site) if activator else None)
             _run(server)
         finally:

@@ -272,9 +272,13 @@ def _metrics_route(app: FastAPI, router: Router) -> None:
         return Response(router.metrics.render(), media_type=CONTENT_TYPE)
 
 
-def admin_app(router: Router) -> FastAPI:
+def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     app = FastAPI(title="llmgw router admin", docs_url="/api/docs", redoc_url=None,
                   openapi_url="/api/openapi.json")
+    if site_dir is not None:  # the read-only dashboard needs a site: catalog, inventory, facts
+        from llmgw.web import mount_dashboard
+
+        mount_dashboard(app, router, site_dir)
     _openai_errors(app)
     _metrics_route(app, router)
 

@@ -99,6 +99,8 @@ class RouterServer:
     # Called inside the loop to make the upstream session; tests hand in their own.
     session_factory: Callable[[], aiohttp.ClientSession] | None = None
     graceful_timeout: int = 30
+    # The site the admin listener's dashboard shows (None: no dashboard).
+    site_dir: Path | None = None
     # Filled once listening: listener name -> (host, port) actually bound.
     addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
     router: Router | None = None
@@ -122,7 +124,8 @@ class RouterServer:
         try:
             await router.start()
             plan: list[tuple[str, tuple[str, int], Any]] = [
-                ("client", self.listen, client_app(router)), ("admin", self.admin_listen, admin_app(router))]
+                ("client", self.listen, client_app(router)),
+                ("admin", self.admin_listen, admin_app(router, self.site_dir))]
             if self.metrics_listen is not None:
                 plan.append(("metrics", self.metrics_listen, metrics_app(router)))
             for name, (host, port), app in plan:

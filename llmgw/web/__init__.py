@@ -1,0 +1,16 @@
+"""The read-only dashboard on the router's admin listener: server-rendered Jinja2 pages.
+
+Every page renders the dicts of `llmgw.views`, the very functions behind `llmgw status`,
+`models` and `replicas`, so the browser and the terminal cannot disagree. One stylesheet,
+no JavaScript toolchain: the fabric page carries a few lines of inline script for hover,
+click and find; everything else is plain HTML. Jinja2 autoescaping is on for every
+template: host names, model names and error texts are data, never markup.
+
+    dashboard.py  the routes (pages, the fabric topology JSON, the stylesheet)
+    templates/    one template per page, on base.html
+    static/       style.css
+"""
+
+from llmgw.web.dashboard import DashboardSources, dashboard_router, mount_dashboard
+
+__all__ = ["DashboardSources", "dashboard_router", "mount_dashboard"]

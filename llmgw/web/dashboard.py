@@ -1,0 +1,203 @@
+"""The dashboard's routes. Read-only: every route is a GET and nothing here writes.
+
+The dashboard needs a site (catalog, inventory, facts, state) besides the router: the
+router is started with one (`llmgw -C SITE router serve`) and `mount_dashboard` adds
+these routes to its admin app. What only the router knows (in-flight counts, last use,
+usage per key) comes through `DashboardSources`, so a test or another host can hand in
+its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from llmgw.errors import FabricError, LlmgwError
+from llmgw.views import Runtime, SiteData, SiteDataCache
+from llmgw.views.fabrics import fabric_drawing, fabrics_list
+from llmgw.views.models import models_view, placement_failures
+from llmgw.views.nodes import node_detail, nodes_view
+from llmgw.views.replicas import idle_text, replicas_view
+from llmgw.views.status import status_view
+from llmgw.views.text import duration, human_bytes
+
+if TYPE_CHECKING:
+    from llmgw.router.app import Router
+
+UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class DashboardSources:
+    site: SiteDataCache
+    runtime: Callable[[], Runtime]
+    usage: UsageSource | None = None
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("llmgw.web", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["duration"] = duration
+    env.filters["bytes"] = human_bytes
+    env.filters["idle"] = idle_text
+    env.globals["pages"] = [("/", "Overview"), ("/nodes", "Nodes"), ("/models", "Models"),
+                            ("/replicas", "Replicas"), ("/failures", "Placement failures"),
+                            ("/usage", "Usage"), ("/fabrics", "Fabrics")]
+    return env
+
+
+def _stylesheet() -> str:
+    return (resources.files("llmgw.web") / "static" / "style.css").read_text(encoding="utf-8")
+
+
+def dashboard_router(sources: DashboardSources) -> APIRouter:
+    env = _env()
+    api = APIRouter()
+    css = _stylesheet()
+
+    def page(template: str, request: Request, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+        html = env.get_template(template).render(path=request.url.path, now=datetime.now(UTC), **ctx)
+        return HTMLResponse(html, status_code=status_code)
+
+    async def load(request: Request) -> SiteData | HTMLResponse:
+        try:
+            return await asyncio.to_thread(sources.site.get)
+        except LlmgwError as exc:
+            return page("error.html", request, 503, title="Site not readable", message=exc.message,
+                        detail=list(exc.detail), hint=exc.hint)
+
+    def not_found(request: Request, what: str) -> HTMLResponse:
+        return page("error.html", request, 404, title="Not found", message=what, detail=[], hint=None)
+
+    @api.get("/static/style.css", include_in_schema=False)
+    async def stylesheet() -> Response:
+        return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=300"})
+
+    @api.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def overview(request: Request) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        view = status_view(data, sources.runtime(), datetime.now(UTC))
+        return page("overview.html", request, title="Overview", view=view, site=str(data.site.root))
+
+    @api.get("/nodes", response_class=HTMLResponse, include_in_schema=False)
+    async def nodes(request: Request) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        return page("nodes.html", request, title="Nodes", view=nodes_view(data))
+
+    @api.get("/nodes/{name}", response_class=HTMLResponse, include_in_schema=False)
+    async def node(request: Request, name: str) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        rec = node_detail(data, name)
+        if rec is None:
+            return not_found(request, f"no node {name!r} in the inventory")
+        return page("node.html", request, title=name, node=rec)
+
+    @api.get("/models", response_class=HTMLResponse, include_in_schema=False)
+    async def models(request: Request) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        return page("models.html", request, title="Models", view=models_view(data, sources.runtime()))
+
+    @api.get("/replicas", response_class=HTMLResponse, include_in_schema=False)
+    async def replicas(request: Request, model: str | None = None) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        view = replicas_view(data, sources.runtime(), datetime.now(UTC), model=model or None)
+        return page("replicas.html", request, title="Replicas", view=view)
+
+    @api.get("/failures", response_class=HTMLResponse, include_in_schema=False)
+    async def failures(request: Request) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        return page("failures.html", request, title="Placement failures", failures=placement_failures(data))
+
+    @api.get("/usage", response_class=HTMLResponse, include_in_schema=False)
+    async def usage(request: Request, day: str | None = None) -> HTMLResponse:
+        if sources.usage is None:
+            view: dict[str, Any] | None = None
+            error = "this dashboard has no router behind it, so no usage"
+        else:
+            try:
+                view, error = await sources.usage(day), None
+            except LlmgwError as exc:
+                view, error = None, exc.message
+        return page("usage.html", request, title="Usage", view=view, error=error)
+
+    @api.get("/fabrics", response_class=HTMLResponse, include_in_schema=False)
+    async def fabrics(request: Request) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        return page("fabrics.html", request, title="Fabrics", fabrics=fabrics_list(data), notes=list(data.notes))
+
+    @api.get("/fabrics/{fabric_id}", response_class=HTMLResponse, include_in_schema=False)
+    async def fabric(request: Request, fabric_id: str) -> HTMLResponse:
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        try:
+            f = data.fabrics.find(fabric_id)
+        except FabricError as exc:
+            return not_found(request, exc.message)
+        summary = f.to_json()
+        nodes = set(data.inventory.nodes)
+        return page("fabric.html", request, title=f"Fabric {f.id}", fabric=summary, drawing=fabric_drawing(f),
+                    nodes=sorted(h for h in f.hosts if h in nodes))
+
+    @api.get("/api/v1/fabrics")
+    async def fabrics_json() -> JSONResponse:
+        data = await asyncio.to_thread(sources.site.get)
+        return JSONResponse({"fabrics": fabrics_list(data)})
+
+    @api.get("/api/v1/fabrics/{fabric_id}/topology")
+    async def topology(fabric_id: str) -> JSONResponse:
+        """The fabric as `llmgw fabrics show --json` prints it: switches by tier, hosts and
+        their adapters, every cable with its rate, the degraded ones, rails."""
+        data = await asyncio.to_thread(sources.site.get)
+        try:
+            f = data.fabrics.find(fabric_id)
+        except FabricError as exc:
+            return JSONResponse({"error": {"message": exc.message, "type": "not_found", "code": 404}}, 404)
+        return JSONResponse(f.to_json())
+
+    return api
+
+
+def router_sources(router: Router, site_dir: Path) -> DashboardSources:
+    """The live router as the dashboard's source of runtime facts and usage."""
+    import time
+
+    from llmgw.router.app import replica_json, usage_json
+
+    def runtime() -> Runtime:
+        now = time.time()
+        return Runtime.from_replicas([("this router", [replica_json(r, now) for r in router.table.replicas.values()])])
+
+    async def usage(day: str | None) -> dict[str, Any]:
+        return await usage_json(router, day)
+
+    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage)
+
+
+def mount_dashboard(app: FastAPI, router: Router, site_dir: Path) -> None:
+    """Add the dashboard's pages to the router's admin app."""
+    app.include_router(dashboard_router(router_sources(router, site_dir)))
