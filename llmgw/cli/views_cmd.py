@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -24,12 +24,14 @@ from rich.text import Text
 
 from llmgw.cli import output
 from llmgw.errors import RunnerError, StateError, UsageError
-from llmgw.views import Runtime, load_site_data
-from llmgw.views.models import models_view
-from llmgw.views.replicas import idle_text, replicas_view
-from llmgw.views.runtime import DEFAULT_ADMIN, fetch_runtime
-from llmgw.views.status import IDLE_AFTER, status_view
-from llmgw.views.text import NEVER, bar_cells, duration
+
+if TYPE_CHECKING:
+    from llmgw.views import Runtime
+
+# Kept here, not imported: the views (planner, fabrics, httpx) load only when a view runs.
+DEFAULT_ADMIN = "http://127.0.0.1:8001"
+IDLE_AFTER = 3600.0
+NEVER = "-"
 
 F = TypeVar("F", bound=Callable[..., Any])
 BAR_WIDTH = 30
@@ -46,6 +48,8 @@ def router_options(fn: F) -> F:
 
 
 def get_runtime(routers: Sequence[str], no_router: bool) -> Runtime:
+    from llmgw.views.runtime import Runtime, fetch_runtime
+
     if no_router:
         return Runtime.unknown("routers not asked (--no-router)")
     urls = list(routers) or [u.strip() for u in os.environ.get("LLMGW_ROUTERS", "").split(",") if u.strip()]
@@ -84,6 +88,8 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
 
 
 def status_text(view: dict[str, Any], con: Console) -> None:
+    from llmgw.views.text import bar_cells, duration
+
     con.print("[bold]GPU capacity[/]  [cyan]█ used[/] [green]░ free[/] [yellow]▒ held back[/] "
               "(cordoned/draining)  [red]\u00d7 unhealthy[/]")
     caps = view["capacity"]
@@ -153,6 +159,9 @@ def status_text(view: dict[str, Any], con: Console) -> None:
 
 
 def replicas_text(view: dict[str, Any], con: Console) -> None:
+    from llmgw.views.replicas import idle_text
+    from llmgw.views.text import duration
+
     recs = view["replicas"]
     if not recs:
         which = f" of {view['model']}" if view["model"] else ""
@@ -203,6 +212,9 @@ def register(cli: click.Group) -> None:
     @pass_app
     def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str, ...], no_router: bool) -> None:
         """The fleet at a glance: GPU capacity, free nodes per fabric, counts, what cannot be placed."""
+        from llmgw.views import load_site_data
+        from llmgw.views.status import status_view
+
         data = load_site_data(app.site)
         view = status_view(data, get_runtime(routers, no_router), datetime.now(UTC), idle_after=idle_after)
         if as_json:
@@ -216,6 +228,9 @@ def register(cli: click.Group) -> None:
     @pass_app
     def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: bool) -> None:
         """Every model: who answers it now, replicas ready of min, and what to do about it."""
+        from llmgw.views import load_site_data
+        from llmgw.views.models import models_view
+
         view = models_view(load_site_data(app.site), get_runtime(routers, no_router))
         if as_json:
             output.print_json(view)
@@ -230,6 +245,9 @@ def register(cli: click.Group) -> None:
     def replicas(app: AppContext, model: str | None, as_json: bool, routers: tuple[str, ...],
                  no_router: bool) -> None:
         """Every replica: shards (node:GPUs), state, age, idle time, endpoint; errors beneath."""
+        from llmgw.views import load_site_data
+        from llmgw.views.replicas import replicas_view
+
         data = load_site_data(app.site)
         if model is not None and data.catalog.resolve(model) is None and \
                 not any(r.model == model for r in data.state.replicas):

@@ -25,6 +25,7 @@ DEGRADED = "#e02424"
 SWITCH_W, SWITCH_H = 132, 34
 AD_W, AD_H, AD_GAP, HOST_GAP, LEAF_GAP = 14, 22, 4, 10, 36
 ROW_GAP, MARGIN, LABEL_ROOM = 130, 30, 120
+GUTTER = 110  # left of the drawing: the tier labels
 
 
 def fabrics_list(data: SiteData) -> list[dict[str, Any]]:
@@ -91,7 +92,7 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
     pos: dict[str, tuple[float, float, float, float]] = {}  # key -> x, y, w, h
 
     # The lowest row of switches gets the adapters; its width sets the drawing's.
-    x = float(MARGIN)
+    x = float(GUTTER)
     low = by_tier.get(tiers[-1], []) if tiers else []
     for s in low:
         group = under.get(s.guid, [])
@@ -118,12 +119,12 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
         pos[a["key"]] = (x, ad_y, AD_W, AD_H)
         adapters.append({**a, "x": x, "y": ad_y, "w": AD_W, "h": AD_H})
         x += AD_W + AD_GAP
-    width = max(x - LEAF_GAP + MARGIN, 2 * MARGIN + SWITCH_W)
+    width = max(x - LEAF_GAP + MARGIN, GUTTER + MARGIN + SWITCH_W)
     for t in tiers[:-1]:
         row = by_tier[t]
-        step = (width - 2 * MARGIN) / len(row)
+        step = (width - GUTTER - MARGIN) / len(row)
         for i, s in enumerate(row):
-            pos[f"sw-{hexguid(s.guid)}"] = (MARGIN + step * (i + 0.5) - SWITCH_W / 2, y_of[t], SWITCH_W, SWITCH_H)
+            pos[f"sw-{hexguid(s.guid)}"] = (GUTTER + step * (i + 0.5) - SWITCH_W / 2, y_of[t], SWITCH_W, SWITCH_H)
     for t in tiers:
         for s in by_tier[t]:
             key = f"sw-{hexguid(s.guid)}"
@@ -160,7 +161,9 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
     height = ad_y + AD_H + LABEL_ROOM + MARGIN if adapters else bottom_row_y + SWITCH_H + MARGIN
     return {
         "width": round(width), "height": round(height),
-        "tiers": [{"tier": t, "y": y_of[t], "count": len(by_tier[t])} for t in tiers],
+        "tiers": [{"tier": t, "y": y_of[t], "label_y": y_of[t] + SWITCH_H / 2 + 4, "count": len(by_tier[t])}
+                  for t in tiers],
+        "adapter_label_y": ad_y + AD_H / 2 + 4,
         "adapter_row_y": ad_y,
         "switches": nodes, "adapters": adapters, "links": drawn, "links_not_drawn": missing,
         "rates": [{"rate": r, "colour": c} for r, c in rate_colour.items()],
