@@ -65,6 +65,21 @@ def test_cgroup_v1_limit_and_unlimited_value(tmp_path: Path) -> None:
     assert node.memory_facts(str(write_tree(tmp_path / "free", files)))["cgroup_limit_mb"] is None
 
 
+def test_cgroup_v1_in_a_container_that_sees_only_its_own_subtree(tmp_path: Path) -> None:
+    """podman on cgroup v1 (host cgroup namespace): /proc/self/cgroup names the full path,
+    /sys/fs/cgroup/memory holds only the container's subtree (mountinfo says which)."""
+    ctr = "/libpod_parent/libpod-f9fe9449"
+    root = write_tree(tmp_path, {
+        "proc/meminfo": MEMINFO,
+        "proc/self/cgroup": f"4:memory:{ctr}/user.slice/user-0.slice/session-1.scope\n0::{ctr}\n",
+        "proc/self/mountinfo": (f"30 25 0:26 {ctr} /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory\n"),
+        "sys/fs/cgroup/memory/memory.limit_in_bytes": f"{3 * GIB}\n",
+        "sys/fs/cgroup/memory/user.slice/memory.limit_in_bytes": f"{GIB}\n",
+        "sys/fs/cgroup/memory/user.slice/user-0.slice/memory.limit_in_bytes": "9223372036854771712\n",
+    })
+    assert node.memory_facts(str(root))["total_mb"] == 1024
+
+
 def test_limit_above_memtotal_is_not_what_the_host_has(tmp_path: Path) -> None:
     root = write_tree(tmp_path, {
         "proc/meminfo": MEMINFO,

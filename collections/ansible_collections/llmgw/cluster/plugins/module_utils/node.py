@@ -76,8 +76,24 @@ def _self_cgroups(root: str) -> Dict[str, str]:
     return out
 
 
-def _ancestors(base: str, cgroup_path: str) -> Iterator[str]:
-    """`base`/cgroup_path and every folder above it up to `base` itself."""
+def _mount_root(root: str, mount_point: str) -> str:
+    """The cgroup path mounted at `mount_point` ("/" unless a container sees only its own)."""
+    for line in (_read(_path(root, "/proc/self/mountinfo")) or "").splitlines():
+        fields = line.split()
+        if len(fields) > 4 and _unescape(fields[4]) == mount_point:
+            return _unescape(fields[3])
+    return "/"
+
+
+def _ancestors(base: str, cgroup_path: str, mounted: str = "/") -> Iterator[str]:
+    """`base`/cgroup_path and every folder above it up to `base` itself.
+
+    `mounted` is the part of the hierarchy mounted at `base`: with the host's cgroup
+    namespace a container sees its own cgroup path in /proc/self/cgroup, but only its
+    subtree under /sys/fs/cgroup, so that prefix is taken off.
+    """
+    if mounted not in ("", "/") and (cgroup_path == mounted or cgroup_path.startswith(mounted.rstrip("/") + "/")):
+        cgroup_path = cgroup_path[len(mounted.rstrip("/")):]
     rel = cgroup_path.strip("/")
     while True:
         yield os.path.join(base, rel) if rel else base
@@ -106,14 +122,14 @@ def cgroup_memory_limit_mb(root: str = "/") -> Optional[int]:
     limits: List[int] = []
     v2 = groups.get("")
     if v2 is not None and os.path.exists(_path(root, "/sys/fs/cgroup/cgroup.controllers")):
-        for folder in _ancestors(_path(root, "/sys/fs/cgroup"), v2):
+        for folder in _ancestors(_path(root, "/sys/fs/cgroup"), v2, _mount_root(root, "/sys/fs/cgroup")):
             value = _limit_value(_read(os.path.join(folder, "memory.max")))
             if value is not None:
                 limits.append(value)
     v1 = groups.get("memory")
     if v1 is not None:
-        for base in (_path(root, "/sys/fs/cgroup/memory"),):
-            for folder in _ancestors(base, v1):
+        for mount in ("/sys/fs/cgroup/memory",):
+            for folder in _ancestors(_path(root, mount), v1, _mount_root(root, mount)):
                 value = _limit_value(_read(os.path.join(folder, "memory.limit_in_bytes")))
                 if value is not None:
                     limits.append(value)
@@ -169,15 +185,15 @@ def _cgroup_cpu_quota(root: str) -> Optional[int]:
     best: Optional[int] = None
     v2 = groups.get("")
     if v2 is not None and os.path.exists(_path(root, "/sys/fs/cgroup/cgroup.controllers")):
-        for folder in _ancestors(_path(root, "/sys/fs/cgroup"), v2):
+        for folder in _ancestors(_path(root, "/sys/fs/cgroup"), v2, _mount_root(root, "/sys/fs/cgroup")):
             parts = (_read(os.path.join(folder, "cpu.max")) or "").split()
             if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit() and int(parts[1]) > 0:
                 cpus = max(1, -(-int(parts[0]) // int(parts[1])))
                 best = cpus if best is None else min(best, cpus)
     v1 = groups.get("cpu")
     if v1 is not None:
-        for base in (_path(root, "/sys/fs/cgroup/cpu"), _path(root, "/sys/fs/cgroup/cpu,cpuacct")):
-            for folder in _ancestors(base, v1):
+        for mount in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+            for folder in _ancestors(_path(root, mount), v1, _mount_root(root, mount)):
                 q = (_read(os.path.join(folder, "cpu.cfs_quota_us")) or "").strip()
                 p = (_read(os.path.join(folder, "cpu.cfs_period_us")) or "").strip()
                 if q.isdigit() and p.isdigit() and int(p) > 0:
