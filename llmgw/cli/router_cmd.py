@@ -1,4 +1,8 @@
-"""`llmgw router serve`: the OpenAI gateway in front of the replicas of the state file."""
+"""`llmgw router serve`: the OpenAI gateway in front of the replicas of the state file.
+
+The router's modules (FastAPI, uvicorn, aiohttp) load only when `serve` runs, so other
+llmgw commands do not pay for them.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,18 @@ import asyncio
 import importlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llmgw.cli.keys_cmd import resolve_store_url, store_option
 from llmgw.errors import SiteError, UsageError
-from llmgw.router.ondemand import Activator
-from llmgw.router.server import RouterServer, parse_addr
 from llmgw.router.settings import RouterSettings
 from llmgw.store import open_store
+
+if TYPE_CHECKING:
+    from llmgw.router.ondemand import Activator
+    from llmgw.router.server import RouterServer
 
 
 def load_activator(spec: str, state_path: Path, site: Any) -> Activator:
@@ -80,6 +86,8 @@ def register(cli: click.Group) -> None:
               connect_timeout: float, first_byte_timeout: float, chunk_gap_timeout: float,
               max_body_mb: float, health_interval: float, activation_timeout: float, log_level: str) -> None:
         """Serve the OpenAI API for the replicas in the state file, with keys, quotas and drains."""
+        from llmgw.router.server import RouterServer, parse_addr
+
         site = None
         try:
             site = app.site

@@ -15,10 +15,29 @@
     server.py      uvicorn listeners in one process
 """
 
-from llmgw.router.app import Router, admin_app, client_app, metrics_app
-from llmgw.router.ondemand import Activator
-from llmgw.router.server import RouterServer, make_session
-from llmgw.router.settings import RouterSettings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmgw.router.app import Router, admin_app, client_app, metrics_app
+    from llmgw.router.ondemand import Activator
+    from llmgw.router.server import RouterServer, make_session
+    from llmgw.router.settings import RouterSettings
+
+# Exported lazily: importing llmgw.router.settings (as every CLI start does) must not load
+# FastAPI, uvicorn and aiohttp.
+_EXPORTS = {"Router": "app", "admin_app": "app", "client_app": "app", "metrics_app": "app",
+            "Activator": "ondemand", "RouterServer": "server", "make_session": "server",
+            "RouterSettings": "settings"}
 
 __all__ = ["Activator", "Router", "RouterServer", "RouterSettings", "admin_app", "client_app", "make_session",
            "metrics_app"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llmgw.router' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"llmgw.router.{module}"), name)

@@ -80,6 +80,7 @@ class UsageSync:
         self.clock = clock
         self.interval = interval
         self.last_error: str | None = None
+        self._lock = asyncio.Lock()  # the loop and an admin read may both ask for a sync
 
     async def run(self) -> None:
         while True:
@@ -87,6 +88,10 @@ class UsageSync:
             await self.sync()
 
     async def sync(self) -> None:
+        async with self._lock:
+            await self._sync()
+
+    async def _sync(self) -> None:
         now = time.time()
         day = self.clock.day(now)
         minute = int(now // 60)

@@ -27,6 +27,7 @@ from llmgw.store import Store, open_store
 from tests.router.support import (
     ENGINE,
     FAST,
+    HTTP,
     MODEL,
     PG_DEFAULT,
     REPO,
@@ -61,7 +62,7 @@ def engines(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
             if proc.poll() is not None:
                 raise AssertionError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
             try:
-                return httpx.get(eng.endpoint + "/health", timeout=1).status_code == 200
+                return HTTP.get(eng.endpoint + "/health", timeout=1).status_code == 200
             except httpx.HTTPError:
                 return False
 

@@ -28,6 +28,9 @@ from llmgw.router import RouterServer, RouterSettings
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard, State, read_state, write_state
 from llmgw.store import Store
 
+# One client for every test request: a new httpx client per call loads the CA bundle (~0.2 s).
+HTTP = httpx.Client(timeout=30)
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache" / "llmgw"))
 ENGINE = CACHE / "engine" / "llama-server"
@@ -145,7 +148,7 @@ class RunningRouter:
         return openai.OpenAI(base_url=self.base_url + "/v1", api_key=key, max_retries=0, **kw)
 
     def admin(self, path: str) -> Any:
-        r = httpx.get(self.admin_url + path, timeout=10)
+        r = HTTP.get(self.admin_url + path, timeout=10)
         r.raise_for_status()
         return r.json()
 

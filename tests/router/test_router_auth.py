@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from llmgw.router.auth import AUTH_EXEMPT_PATHS
 from llmgw.store import Store
-from tests.router.support import Engine, RunningRouter, StateFile, model, replica, wait_until
+from tests.router.support import HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Hi."}]
 
@@ -30,11 +29,11 @@ def test_every_path_but_the_exempt_ones_needs_a_key(state: StateFile, start_rout
     state.write([model("tiny")], [])
     router = start_router(state.path)
     for path in EXEMPT:
-        r = httpx.get(router.base_url + path)
+        r = HTTP.get(router.base_url + path)
         assert r.status_code == 200, path
     for path in NOT_EXEMPT:
         for method in ("GET", "POST"):
-            r = httpx.request(method, router.base_url + path)
+            r = HTTP.request(method, router.base_url + path)
             assert r.status_code == 401, (method, path, r.status_code)
             assert r.json()["error"]["type"] == "authentication_error", path
 
@@ -43,15 +42,15 @@ def test_landing_page_shows_how_to_connect_and_no_data(state: StateFile, start_r
                                                        api_key: str) -> None:
     state.write([model("secret-model-name")], [replica("r0", "secret-model-name", "http://127.0.0.1:9")])
     router = start_router(state.path)
-    page = httpx.get(router.base_url + "/").text
+    page = HTTP.get(router.base_url + "/").text
     port = router.server.addresses["client"][1]
     assert f"http://127.0.0.1:{port}/v1" in page
     assert "secret-model-name" not in page and "r0" not in page and "127.0.0.1:9" not in page
-    proxied = httpx.get(router.base_url + "/", headers={"X-Forwarded-Proto": "https",
+    proxied = HTTP.get(router.base_url + "/", headers={"X-Forwarded-Proto": "https",
                                                         "X-Forwarded-Host": "llm.example.com, inner",
                                                         "X-Forwarded-Prefix": "/gw"}).text
     assert "https://llm.example.com/gw/v1" in proxied
-    evil = httpx.get(router.base_url + "/", headers={"X-Forwarded-Host": '"><script>alert(1)</script>'}).text
+    evil = HTTP.get(router.base_url + "/", headers={"X-Forwarded-Host": '"><script>alert(1)</script>'}).text
     assert "<script>alert" not in evil and "&lt;script&gt;" in evil
 
 
@@ -59,7 +58,7 @@ def test_no_keys_at_all_says_how_to_create_one(state: StateFile, start_router: C
     state.write([model("tiny")], [])
     router = start_router(state.path)  # the store has no key
     for headers in ({}, {"Authorization": "Bearer sk-llmgw-guess"}):
-        r = httpx.get(router.base_url + "/v1/models", headers=headers)
+        r = HTTP.get(router.base_url + "/v1/models", headers=headers)
         assert r.status_code == 401
         assert "llmgw keys create" in r.json()["error"]["message"]
 
@@ -71,9 +70,9 @@ def test_missing_wrong_new_and_revoked_keys(state: StateFile, start_router: Call
     with pytest.raises(openai.AuthenticationError) as info:
         router.client("sk-llmgw-wrong").models.list()
     assert info.value.code == "invalid_api_key"
-    r = httpx.get(router.base_url + "/v1/models")
+    r = HTTP.get(router.base_url + "/v1/models")
     assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key"
-    r = httpx.get(router.base_url + "/v1/models", headers={"Authorization": f"Basic {api_key}"})
+    r = HTTP.get(router.base_url + "/v1/models", headers={"Authorization": f"Basic {api_key}"})
     assert r.status_code == 401
     assert router.client(api_key).models.list().data == []
     _, fresh = sqlite_store.create_key("fresh")  # a key made after the router started works at once
@@ -140,5 +139,5 @@ def test_quotas_on_the_group_tree_and_usage(engines: Callable[..., Engine], stat
     assert groups["budget"]["total_tokens"] == keys["budget-key"]["total_tokens"]
     stored = {r.key_id: r for r in sqlite_store.usage(usage["day"])}
     assert stored[team_key_rec.id].requests == 3  # written to the store, in batches
-    text = httpx.get(router.admin_url + "/metrics").text
+    text = HTTP.get(router.admin_url + "/metrics").text
     assert 'llmgw_rejected_requests_total{reason="quota"} 2.0' in text

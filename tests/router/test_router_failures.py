@@ -8,12 +8,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from llmgw.router import RouterSettings
-from tests.router.support import FAST, Engine, RunningRouter, StateFile, free_port, model, replica, wait_until
+from tests.router.support import FAST, HTTP, Engine, RunningRouter, StateFile, free_port, model, replica, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -57,7 +56,7 @@ def hung_endpoint() -> Iterator[str]:
 
 def engine_busy(e: Engine) -> bool:
     """Is llama-server processing a request right now (from its own /metrics)?"""
-    for line in httpx.get(e.endpoint + "/metrics", timeout=5).text.splitlines():
+    for line in HTTP.get(e.endpoint + "/metrics", timeout=5).text.splitlines():
         if line.startswith("llamacpp:requests_processing"):
             return float(line.split()[-1]) > 0
     raise AssertionError("llama-server /metrics has no llamacpp:requests_processing")
@@ -87,7 +86,7 @@ def test_retry_on_another_replica_then_fallback(engines: Callable[..., Engine], 
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(model="lonely", messages=MESSAGES, max_tokens=2)
     assert info.value.status_code == 503 and info.value.response.headers.get("retry-after")
-    text = httpx.get(router.admin_url + "/metrics").text
+    text = HTTP.get(router.admin_url + "/metrics").text
     assert 'llmgw_upstream_errors_total{kind="connect",replica="primary-0"}' in text
     assert 'llmgw_replica_healthy{model="primary",replica="primary-0"} 0.0' in text
 
@@ -141,7 +140,7 @@ def test_engine_killed_mid_stream_gives_the_client_an_error(
     assert got >= 3
     assert "failed mid-stream" in info.value.message
     assert router.replica("doomed-0")["in_flight"] == 0
-    text = httpx.get(router.admin_url + "/metrics").text
+    text = HTTP.get(router.admin_url + "/metrics").text
     assert 'llmgw_upstream_errors_total{kind="mid_response",replica="doomed-0"}' in text
 
 
@@ -160,7 +159,7 @@ def test_client_disconnect_cancels_the_engine_request(
     stream.close()
     wait_until(lambda: not engine_busy(e), 10, "llama-server to stop generating")
     wait_until(lambda: router.replica("long-0")["in_flight"] == 0, 5, "router in-flight back to 0")
-    assert 'status="499"' in httpx.get(router.admin_url + "/metrics").text
+    assert 'status="499"' in HTTP.get(router.admin_url + "/metrics").text
 
 
 def test_drain_during_a_stream(engines: Callable[..., Engine], state: StateFile,

@@ -6,12 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from llmgw.router import RouterSettings
-from tests.router.support import FAST, Engine, RunningRouter, StateFile, model, replica
+from tests.router.support import FAST, HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -121,11 +120,11 @@ def test_on_demand_model_without_activator_says_so(fleet: Fleet) -> None:
 def test_bad_requests(fleet: Fleet, api_key: str) -> None:
     url = fleet.router.base_url + "/v1/chat/completions"
     auth = {"Authorization": f"Bearer {api_key}"}
-    r = httpx.post(url, content=b"{not json", headers=auth)
+    r = HTTP.post(url, content=b"{not json", headers=auth)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
-    r = httpx.post(url, json={"messages": MESSAGES}, headers=auth)
+    r = HTTP.post(url, json={"messages": MESSAGES}, headers=auth)
     assert r.status_code == 400 and r.json()["error"]["param"] == "model"
-    r = httpx.get(url, headers=auth)
+    r = HTTP.get(url, headers=auth)
     assert r.status_code == 405 and "error" in r.json()
 
 
@@ -138,7 +137,7 @@ def test_body_size_limit(engines: Callable[..., Engine], state: StateFile,
     with pytest.raises(openai.APIStatusError) as info:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x" * 3000}])
     assert info.value.status_code == 413 and info.value.code == "request_too_large"
-    r = httpx.post(router.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {api_key}"},
+    r = HTTP.post(router.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {api_key}"},
                    content=(b"x" for _ in range(3000)))  # chunked, no Content-Length
     assert r.status_code == 413
     assert client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2).choices
@@ -169,10 +168,11 @@ def test_admin_replicas_report_use(fleet: Fleet) -> None:
     after = {r["id"]: r for r in fleet.router.admin("/api/v1/replicas")["replicas"]}
     assert after["tiny-0"]["requests"] + after["tiny-1"]["requests"] == 4
     assert after["tiny-0"]["requests"] >= 1 and after["tiny-1"]["requests"] >= 1  # both replicas used
-    assert "last_used" in after["tiny-0"] and after["tiny-0"]["health"] == "healthy"
+    assert "last_used" in after["tiny-0"] and after["tiny-0"]["health"] in ("unknown", "healthy")
+    wait_until(lambda: fleet.router.replica("tiny-0")["health"] == "healthy", 10, "the first health check")
     assert "last_used" not in after["ghost-0"]
     assert fleet.router.admin("/api/v1/replicas/tiny-0")["id"] == "tiny-0"
-    assert httpx.get(fleet.router.admin_url + "/api/v1/replicas/nope").status_code == 404
+    assert HTTP.get(fleet.router.admin_url + "/api/v1/replicas/nope").status_code == 404
     models = {m["name"]: m for m in fleet.router.admin("/api/v1/models")["models"]}
     assert models["tiny"]["available"] is True and models["tiny"]["replicas"] == {
         "starting": 0, "ready": 2, "draining": 0, "routable": 2}
@@ -181,11 +181,12 @@ def test_admin_replicas_report_use(fleet: Fleet) -> None:
 
 
 def test_metrics_on_admin_and_metrics_listener(fleet: Fleet) -> None:
+    wait_until(lambda: fleet.router.replica("tiny-1")["health"] == "healthy", 10, "the first health check")
     fleet.client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=3)
     with pytest.raises(openai.NotFoundError):
         fleet.client.chat.completions.create(model="gpt-9", messages=MESSAGES)
     for base in (fleet.router.admin_url, fleet.router.metrics_url):
-        text = httpx.get(base + "/metrics").text
+        text = HTTP.get(base + "/metrics").text
         assert 'llmgw_requests_total{model="tiny",status="200"} 1.0' in text
         assert 'llmgw_requests_total{model="-",status="404"} 1.0' in text
         assert 'llmgw_tokens_total{kind="completion",model="tiny"} 3.0' in text
@@ -196,5 +197,5 @@ def test_metrics_on_admin_and_metrics_listener(fleet: Fleet) -> None:
         assert 'llmgw_replica_state{model="ghost",replica="ghost-0",state="starting"} 1.0' in text
         assert "llmgw_state_serial 1.0" in text
     # The metrics listener serves nothing else; the client listener has no /metrics.
-    assert httpx.get(fleet.router.metrics_url + "/api/v1/replicas").status_code == 404
-    assert httpx.get(fleet.router.base_url + "/metrics").status_code == 401
+    assert HTTP.get(fleet.router.metrics_url + "/api/v1/replicas").status_code == 404
+    assert HTTP.get(fleet.router.base_url + "/metrics").status_code == 401
