@@ -41,6 +41,9 @@ def fetch_logs(site: Site, replica: Replica, lines: int) -> dict[str, Any]:
             error = result.host_errors.get(s.node) or (
                 f"{s.node} did not run the journal task" if s.node in result.stats
                 else f"{s.node} is not in the inventory's hosts")
+        elif item.get("unreachable") or item.get("failed"):
+            why = str(item.get("msg") or "no message").removeprefix("Task failed: ")
+            error = f"{'unreachable' if item.get('unreachable') else 'failed'}: {why}"
         else:
             text = [str(x) for x in item.get("stdout_lines", [])]
             if int(item.get("rc", 0) or 0) != 0:
