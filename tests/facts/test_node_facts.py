@@ -247,7 +247,9 @@ def test_llama_server_version_from_the_real_binary() -> None:
     engine_dir = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache/llmgw")) / "engine"
     assert (engine_dir / "llama-server").is_file(), f"build the engine first: scripts/build-engine ({engine_dir})"
     versions = node.engine_versions(node.run_command, [str(engine_dir)])
-    assert versions["llamacpp"] not in ("", "unknown")
+    _, out, err = node.run_command([str(engine_dir / "llama-server"), "--version"])
+    first = next(line for line in (out + err).splitlines() if line.startswith("version:"))
+    assert versions["llamacpp"] == first.removeprefix("version:").strip()  # e.g. "0.5.0-dev (build 1, commit ...)"
     assert versions["llamacpp"][0].isdigit()
 
 

@@ -448,13 +448,13 @@ def llmgw_units(run: Run, pattern: str = "llmgw-*") -> Tuple[Optional[List[FactD
     return [units[n] for n in sorted(units)], None
 
 
-_VERSION_RE = re.compile(r"version:?\s*(\S+(?:\s+\([0-9a-f]+\))?)", re.IGNORECASE)
+_VERSION_RE = re.compile(r"version:?\s*(\S.*)", re.IGNORECASE)
 
 
 def _first_version(text: str) -> Optional[str]:
     match = _VERSION_RE.search(text)
     if match:
-        return match.group(1)
+        return match.group(1).strip()[:80]  # "0.5.0-dev (build 1, commit 0c1e570)"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[0][:80] if lines else None
 
