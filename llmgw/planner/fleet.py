@@ -58,6 +58,7 @@ class NodeView:
     mem_reserved_mb: float = 0.0
     ports: set[int] = field(default_factory=set)
     _pools: dict[str | None, GpuPool] = field(default_factory=dict, repr=False)
+    _free: dict[str | None, int] = field(default_factory=dict, repr=False)
 
     @property
     def gpus(self) -> list[Gpu] | None:
@@ -77,21 +78,29 @@ class NodeView:
         return [i for i in self.pool(gpu_class).healthy if i not in self.used]
 
     def free_count(self, gpu_class: str | None) -> int:
-        pool = self.pool(gpu_class)
-        return len(pool.healthy) - sum(1 for i in pool.healthy if i in self.used)
+        cached = self._free.get(gpu_class)
+        if cached is None:
+            pool = self.pool(gpu_class)
+            cached = len(pool.healthy) - sum(1 for i in pool.healthy if i in self.used)
+            self._free[gpu_class] = cached
+        return cached
+
+    def use(self, gpus: Iterable[int]) -> None:
+        self.used.update(gpus)
+        self._free.clear()
 
     @property
     def partly_used(self) -> bool:
         return bool(self.used)
 
-    def holds(self, source: str, name: str) -> bool:
+    def holds(self, source: str, name: str, path: str | None = None, base: str | None = None) -> bool:
         """Whether the weights of `source` are on this node: llmgw's cache entry, or the operator's file."""
         if name in self.cache_names:
             return True
-        path = _file_path(source)
-        if path is not None and path in self.file_paths:
+        path = _file_path(source) if path is None else path
+        if path and path in self.file_paths:
             return True
-        return _basename(source) in self.file_basenames
+        return (_basename(source) if base is None else base) in self.file_basenames
 
     def free_port(self, ports: PortRange) -> int | None:
         for p in range(ports.start, ports.end + 1):
@@ -170,6 +179,7 @@ class GpuIndex:
     def __init__(self, key: StaticKey, nodes: list[NodeView]) -> None:
         self.key = key
         self.buckets: dict[tuple[bool, int], list[int]] = {}
+        self.where: dict[int, tuple[bool, int]] = {}
         self.max_free = 0
         for n in nodes:
             self.max_free = max(self.max_free, len(n.pool(key.gpu_class).healthy))
@@ -179,7 +189,57 @@ class GpuIndex:
         return node.partly_used, node.free_count(self.key.gpu_class)
 
     def push(self, node: NodeView) -> None:
-        heapq.heappush(self.buckets.setdefault(self.slot(node), []), node.ordinal)
+        slot = self.slot(node)
+        if self.where.get(node.ordinal) != slot:
+            self.where[node.ordinal] = slot
+            heapq.heappush(self.buckets.setdefault(slot, []), node.ordinal)
+
+    def touched(self, node: NodeView) -> None:
+        self.push(node)
+
+
+GroupId = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)
+SetScore = tuple[int, int, int, int, list[int]]
+Candidate = tuple[SetScore, tuple["NodeView", ...]]  # a group's best set for one source, and its score
+
+
+class LeafGroups:
+    """For a multi-node StaticKey: per fabric, nodes with identical adapter->leaf maps, with
+    enough free GPUs for one shard. Such a group shares its leaves and its rails line up.
+
+    A node leaves its groups once its free GPUs drop below a shard's need, and never comes
+    back (usage only grows). Each group's best candidate set is cached and recomputed only
+    when one of its nodes was touched, so a placement costs the number of groups, not nodes.
+    """
+
+    def __init__(self, key: StaticKey, nodes: list[NodeView]) -> None:
+        self.key = key
+        self.members: dict[GroupId, set[int]] = {}
+        self.of: dict[int, list[GroupId]] = {}
+        self.cache: dict[GroupId, dict[str, Candidate | None]] = {}
+        for n in nodes:
+            if n.free_count(key.gpu_class) < key.gpus:
+                continue
+            for f in n.fabrics:
+                gid = (f, n.leaves.get(f, ()))
+                self.members.setdefault(gid, set()).add(n.ordinal)
+                self.of.setdefault(n.ordinal, []).append(gid)
+
+    def touched(self, node: NodeView) -> None:
+        gids = self.of.get(node.ordinal, [])
+        for gid in gids:
+            # A group with too few fitting nodes stays so (usage only grows): keep those answers.
+            per_source = self.cache.get(gid)
+            if per_source:
+                self.cache[gid] = {src: None for src, cand in per_source.items() if cand is None}
+        if node.free_count(self.key.gpu_class) < self.key.gpus:
+            for gid in gids:
+                self.members[gid].discard(node.ordinal)
+            self.of.pop(node.ordinal, None)
+
+    def invalidate(self) -> None:
+        for gid, per_source in self.cache.items():
+            self.cache[gid] = {src: None for src, cand in per_source.items() if cand is None}
 
 
 class Fleet:
@@ -196,25 +256,46 @@ class Fleet:
         self.static_sets: dict[StaticKey, list[NodeView]] = {}
         self.static_members: dict[StaticKey, frozenset[int]] = {}
         self.indexes: dict[StaticKey, GpuIndex] = {}
-        self.member_of: dict[int, list[GpuIndex]] = {}
+        self.groups: dict[StaticKey, LeafGroups] = {}
+        self.member_of: dict[int, list[GpuIndex | LeafGroups]] = {}
         self._holders: dict[str, list[NodeView]] = {}
+        self._holder_set: dict[str, frozenset[int]] = {}
+        self.live_holders: dict[tuple[StaticKey, str], list[NodeView]] = {}
 
     def holders(self, source: str, name: str) -> list[NodeView]:
         """Nodes already holding `source`'s weights (facts only), in name order."""
         found = self._holders.get(source)
         if found is None:
-            found = [n for n in self.nodes if n.holds(source, name)]
+            path, base = _file_path(source) or "", _basename(source)
+            found = [n for n in self.nodes if n.holds(source, name, path, base)]
             self._holders[source] = found
+            self._holder_set[source] = frozenset(n.ordinal for n in found)
         return found
+
+    def holds(self, node: NodeView, source: str, name: str) -> bool:
+        if source not in self._holder_set:
+            self.holders(source, name)
+        return node.ordinal in self._holder_set[source]
+
+    def _track(self, members: list[NodeView], index: GpuIndex | LeafGroups) -> None:
+        for n in members:
+            self.member_of.setdefault(n.ordinal, []).append(index)
 
     def index(self, key: StaticKey, members: list[NodeView]) -> GpuIndex:
         idx = self.indexes.get(key)
         if idx is None:
             idx = GpuIndex(key, members)
             self.indexes[key] = idx
-            for n in members:
-                self.member_of.setdefault(n.ordinal, []).append(idx)
+            self._track(members, idx)
         return idx
+
+    def leaf_groups(self, key: StaticKey, members: list[NodeView]) -> LeafGroups:
+        lg = self.groups.get(key)
+        if lg is None:
+            lg = LeafGroups(key, members)
+            self.groups[key] = lg
+            self._track(members, lg)
+        return lg
 
     def pending_on(self, node: NodeView, source: str) -> bool:
         return node.disk_key is not None and source in self.pending.get(node.disk_key, ())
@@ -227,16 +308,17 @@ class Fleet:
     def take(self, node: NodeView, gpus: Iterable[int], memory_gb: float, port: int | None,
              source: str | None, name: str, size: int | None) -> None:
         """Record that a shard uses these GPUs, memory, port and (unless present) disk for its weights."""
-        before = (node.partly_used, len(node.used))
-        node.used.update(gpus)
+        node.use(gpus)
         node.mem_reserved_mb += memory_gb * MB_PER_GB
         if port is not None:
             node.ports.add(port)
-        if source is not None and node.disk_key is not None and not node.holds(source, name):
+        if source is not None and node.disk_key is not None and not self.holds(node, source, name):
             coming = self.pending.setdefault(node.disk_key, set())
             if source not in coming:
                 coming.add(source)
                 self.pending_bytes[node.disk_key] = self.pending_bytes.get(node.disk_key, 0) + (size or 0)
-        if (node.partly_used, len(node.used)) != before:
-            for idx in self.member_of.get(node.ordinal, ()):
-                idx.push(node)
+                if node.disk_key.startswith("shared:"):
+                    for lg in self.groups.values():  # other nodes' disk changed too
+                        lg.invalidate()
+        for idx in self.member_of.get(node.ordinal, ()):
+            idx.touched(node)

@@ -62,7 +62,9 @@ class MapFabrics:
         return dict(self.leaves.get(host, {}).get(fabric_id, {}))
 
     def has_degraded_link(self, host: str, fabric_id: str | None = None, /) -> bool:
-        return any(h == host and (fabric_id is None or f == fabric_id) for h, f in self.degraded)
+        if fabric_id is not None:
+            return (host, fabric_id) in self.degraded
+        return any(h == host for h, _ in self.degraded)
 
     def share_leaf(self, hosts: list[str], fabric_id: str, /) -> bool:
         sets = [set(self.leaves_of(h, fabric_id).values()) for h in hosts]

@@ -15,10 +15,24 @@ GPUs left over) so whole nodes stay free for multi-node replicas; then name orde
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from llmgw.catalog import Model, Profile
-from llmgw.planner.fleet import BYTES_PER_GB, MB_PER_GB, Fleet, GpuIndex, NodeView, StaticKey, fmt_gb
+from llmgw.planner.fleet import (
+    BYTES_PER_GB,
+    MB_PER_GB,
+    Candidate,
+    Fleet,
+    GpuIndex,
+    GroupId,
+    LeafGroups,
+    NodeView,
+    SetScore,
+    StaticKey,
+    fmt_gb,
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +48,7 @@ class Need:
     def source(self) -> str:
         return self.model.source
 
-    @property
+    @cached_property
     def key(self) -> StaticKey:
         p = self.profile
         return StaticKey(p.gpu_class, tuple(sorted(p.node_selector.items())), p.gpus, p.min_memory_gb,
@@ -106,33 +120,48 @@ def static_reason(node: NodeView, key: StaticKey, nodes_wanted: int) -> str | No
     return None
 
 
-def dynamic_reason(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bool = False) -> str | None:
-    """Why `node` cannot take a shard now, given what this plan has taken so far, or None."""
-    n, p = node.name, need.profile
-    if p.gpus > 0 and not gpus_checked:
-        pool = node.pool(p.gpu_class)
-        free = node.free_count(p.gpu_class)
-        if free < p.gpus:
-            cls = f"{p.gpu_class} " if p.gpu_class else ""
-            sick = "; ".join(f"GPU {g.index} unhealthy: {g.problems[0]}" for g in pool.unhealthy[:2])
-            if len(pool.unhealthy) > 2:
-                sick += f"; {len(pool.unhealthy) - 2} more unhealthy"
-            return (f"{n}: {free} of {len(pool.total)} {cls}GPUs free, needs {p.gpus}"
-                    + (f" ({sick})" if sick else ""))
-    if p.min_memory_gb > 0 and (avail := node.mem_available_mb) is not None and avail < p.min_memory_gb * MB_PER_GB:
-        assert node.mem_mb is not None
-        return (f"{n}: {fmt_gb(max(avail, 0) / MB_PER_GB)} of {fmt_gb(node.mem_mb / MB_PER_GB)} GB of memory "
-                f"unreserved, needs {fmt_gb(p.min_memory_gb)}")
-    if need.size is not None and not node.holds(need.source, need.cache_name) \
+def dynamic_fault(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bool = False) -> str | None:
+    """Which filter `node` fails now ("gpus", "memory", "disk", "port"), or None: cheap, no sentence."""
+    p = need.profile
+    if p.gpus > 0 and not gpus_checked and node.free_count(p.gpu_class) < p.gpus:
+        return "gpus"
+    if p.min_memory_gb > 0 and node.mem_mb is not None \
+            and node.mem_mb - node.mem_reserved_mb < p.min_memory_gb * MB_PER_GB:
+        return "memory"
+    if need.size is not None and node.disk_key is not None and not fleet.holds(node, need.source, need.cache_name) \
             and not fleet.pending_on(node, need.source):
         free_b = fleet.disk_free(node)
         if free_b is not None and free_b < need.size:
-            fs = node.cache_fs
-            assert fs is not None
-            where = f"shared {fs.mount}" if fs.shared else fs.mount
-            return (f"{n}: {fmt_gb(max(free_b, 0) / BYTES_PER_GB)} GB free on {where} for {node.host.cache_dir}, "
-                    f"weights need {fmt_gb(need.size / BYTES_PER_GB)}")
-    if node.free_port(fleet.ports) is None:
+            return "disk"
+    if len(node.ports) > fleet.ports.end - fleet.ports.start and node.free_port(fleet.ports) is None:
+        return "port"
+    return None
+
+
+def dynamic_reason(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bool = False) -> str | None:
+    """Why `node` cannot take a shard now, given what this plan has taken so far, or None."""
+    fault = dynamic_fault(fleet, node, need, gpus_checked=gpus_checked)
+    n, p = node.name, need.profile
+    if fault == "gpus":
+        pool = node.pool(p.gpu_class)
+        cls = f"{p.gpu_class} " if p.gpu_class else ""
+        sick = "; ".join(f"GPU {g.index} unhealthy: {g.problems[0]}" for g in pool.unhealthy[:2])
+        if len(pool.unhealthy) > 2:
+            sick += f"; {len(pool.unhealthy) - 2} more unhealthy"
+        return (f"{n}: {node.free_count(p.gpu_class)} of {len(pool.total)} {cls}GPUs free, needs {p.gpus}"
+                + (f" ({sick})" if sick else ""))
+    if fault == "memory":
+        assert node.mem_mb is not None
+        avail = node.mem_mb - node.mem_reserved_mb
+        return (f"{n}: {fmt_gb(max(avail, 0) / MB_PER_GB)} of {fmt_gb(node.mem_mb / MB_PER_GB)} GB of memory "
+                f"unreserved, needs {fmt_gb(p.min_memory_gb)}")
+    if fault == "disk":
+        fs, free_b = node.cache_fs, fleet.disk_free(node)
+        assert fs is not None and free_b is not None and need.size is not None
+        where = f"shared {fs.mount}" if fs.shared else fs.mount
+        return (f"{n}: {fmt_gb(max(free_b, 0) / BYTES_PER_GB)} GB free on {where} for {node.host.cache_dir}, "
+                f"weights need {fmt_gb(need.size / BYTES_PER_GB)}")
+    if fault == "port":
         return f"{n}: every port in {fleet.ports.start}-{fleet.ports.end} is taken"
     return None
 
@@ -164,7 +193,7 @@ def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need) ->
         if idx.slot(node) != slot:
             heapq.heappop(heap)  # stale: the node moved to another bucket
             continue
-        if dynamic_reason(fleet, node, need, gpus_checked=True) is None:
+        if dynamic_fault(fleet, node, need, gpus_checked=True) is None:
             found = node
             break
         skipped.append(heapq.heappop(heap))
@@ -175,15 +204,21 @@ def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need) ->
 
 def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
     p = need.profile
-    inside = fleet.static_members[need.key]
-    holders = [n for n in fleet.holders(need.source, need.cache_name) if n.ordinal in inside]
-    fits = [n for n in holders if dynamic_reason(fleet, n, need) is None]
+    # Every filter is monotone within a plan (usage only grows), so a holder that fails once
+    # is dropped for good: the list shrinks to the holders that can still take a shard.
+    slot = (need.key, need.source)
+    holders = fleet.live_holders.get(slot)
+    if holders is None:
+        inside = fleet.static_members[need.key]
+        holders = [n for n in fleet.holders(need.source, need.cache_name) if n.ordinal in inside]
+    fits = [n for n in holders if dynamic_fault(fleet, n, need) is None]
+    fleet.live_holders[slot] = fits
     if fits:
         return Choice((min(fits, key=lambda n: (*_pack(n, p.gpu_class), n.ordinal)),))
     if p.gpus == 0:
         # CPU shards go to nodes without GPUs first, so GPU nodes keep their memory for GPU work.
         for n in sorted(members, key=lambda n: (bool(n.gpus), n.ordinal)):
-            if dynamic_reason(fleet, n, need) is None:
+            if dynamic_fault(fleet, n, need) is None:
                 return Choice((n,))
         return None
     idx = fleet.index(need.key, members)
@@ -195,24 +230,6 @@ def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice 
     return None
 
 
-def _eligible(fleet: Fleet, need: Need, members: list[NodeView]) -> list[NodeView]:
-    """Nodes that could take one shard now, through the GPU index (so full nodes cost nothing)."""
-    idx = fleet.index(need.key, members)
-    seen: set[int] = set()
-    out: list[NodeView] = []
-    for (partly, free), heap in idx.buckets.items():
-        if free < need.profile.gpus:
-            continue
-        for o in heap:
-            node = fleet.nodes[o]
-            if o in seen or idx.slot(node) != (partly, free):
-                continue
-            seen.add(o)
-            if dynamic_reason(fleet, node, need, gpus_checked=True) is None:
-                out.append(node)
-    return sorted(out, key=lambda n: n.ordinal)
-
-
 def _by_fabric(nodes: list[NodeView]) -> dict[str, list[NodeView]]:
     groups: dict[str, list[NodeView]] = {}
     for n in nodes:
@@ -221,48 +238,85 @@ def _by_fabric(nodes: list[NodeView]) -> dict[str, list[NodeView]]:
     return groups
 
 
-def _choose_multi(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
+def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> tuple[
+        Callable[[NodeView], tuple[bool, bool, bool, int, int]], Callable[[Sequence[NodeView]], SetScore]]:
     p = need.profile
-    want = p.nodes
     holders = {n.ordinal for n in fleet.holders(need.source, need.cache_name)}
-    best: tuple[tuple[object, ...], Choice] | None = None
-    for fabric, nodes in sorted(_by_fabric(_eligible(fleet, need, members)).items()):
-        if len(nodes) < want:
+
+    def pref(n: NodeView) -> tuple[bool, bool, bool, int, int]:
+        """One node: clean cables, holding the weights, partly used, fewest free, name."""
+        return (n.degraded.get(fabric, False), n.ordinal not in holders, *_pack(n, p.gpu_class), n.ordinal)
+
+    def cheap(c: Sequence[NodeView]) -> SetScore:
+        """A set: degraded cables, weights held, whole nodes broken into, GPUs left, names."""
+        return (sum(n.degraded.get(fabric, False) for n in c), -sum(n.ordinal in holders for n in c),
+                sum(not n.partly_used for n in c), sum(n.free_count(p.gpu_class) for n in c),
+                sorted(n.ordinal for n in c))
+
+    return pref, cheap
+
+
+def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId) -> Candidate | None:
+    """A leaf group's best set for `need`, cached until one of its nodes is touched."""
+    per_source = groups.cache.setdefault(gid, {})
+    if need.source in per_source:
+        return per_source[need.source]
+    pref, cheap = _multi_prefs(fleet, need, gid[0])
+    fits = [fleet.nodes[o] for o in groups.members.get(gid, ())]
+    fits = [n for n in fits if dynamic_fault(fleet, n, need, gpus_checked=True) is None]
+    found: Candidate | None = None
+    if len(fits) >= need.profile.nodes:
+        cand = tuple(heapq.nsmallest(need.profile.nodes, fits, key=pref))
+        found = (cheap(cand), cand)
+    per_source[need.source] = found
+    return found
+
+
+def _protocol_score(fleet: Fleet, fabric: str, cand: Sequence[NodeView], cheap: SetScore) -> tuple[object, ...]:
+    names = [n.name for n in cand]
+    return (not fleet.fabric_index.share_leaf(names, fabric), not fleet.fabric_index.rails_aligned(names, fabric),
+            *cheap, fabric)
+
+
+def _choose_multi(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
+    """`nodes` whole nodes on one fabric: one leaf, aligned rails and clean cables first.
+
+    Candidates are the best few leaf groups (nodes with identical adapter->leaf maps) and,
+    only when no group is a clean one-leaf rail-aligned set, the best nodes of each fabric
+    regardless of leaf. The fabric index has the last word on leaves and rails.
+    """
+    want = need.profile.nodes
+    groups = fleet.leaf_groups(need.key, members)
+    scored: list[tuple[SetScore, str, GroupId, tuple[NodeView, ...]]] = []
+    for gid in groups.members:
+        if not gid[1] or len(groups.members[gid]) < want:
             continue
-
-        def pref(n: NodeView, fabric: str = fabric) -> tuple[object, ...]:
-            return (n.degraded.get(fabric, False), n.ordinal not in holders, *_pack(n, p.gpu_class), n.ordinal)
-
-        def cheap(c: tuple[NodeView, ...], fabric: str = fabric) -> tuple[int, int, int, int, list[int]]:
-            return (sum(n.degraded.get(fabric, False) for n in c), -sum(n.ordinal in holders for n in c),
-                    sum(not n.partly_used for n in c), sum(n.free_count(p.gpu_class) for n in c),
-                    sorted(n.ordinal for n in c))
-
-        candidates: list[tuple[NodeView, ...]] = []
-        leaf_groups: dict[tuple[tuple[str, str], ...], list[NodeView]] = {}
-        for n in nodes:
-            sig = n.leaves.get(fabric, ())
-            if sig:
-                leaf_groups.setdefault(sig, []).append(n)
-        # Nodes with identical adapter->leaf maps share their leaves and are rail-aligned:
-        # the best few such groups are candidates, and so are the best nodes regardless of leaf.
-        for group in leaf_groups.values():
-            if len(group) >= want:
-                candidates.append(tuple(sorted(group, key=pref)[:want]))
-        candidates.sort(key=cheap)
-        candidates = candidates[:3]
-        candidates.append(tuple(sorted(nodes, key=pref)[:want]))
-        for cand in candidates:
-            names = [n.name for n in cand]
-            score: tuple[object, ...] = (
-                not fleet.fabric_index.share_leaf(names, fabric),
-                not fleet.fabric_index.rails_aligned(names, fabric),
-                *cheap(cand),
-                fabric,
-            )
-            if best is None or score < best[0]:
-                ranked = tuple(sorted(cand, key=lambda n: n.ordinal))
-                best = (score, Choice(ranked, fabric))
+        found = _group_candidate(fleet, need, groups, gid)
+        if found is not None:
+            scored.append((found[0], gid[0], gid, found[1]))
+    best: tuple[tuple[object, ...], Choice] | None = None
+    for cheap, fabric, _gid, cand in heapq.nsmallest(3, scored, key=lambda t: (t[0], t[1])):
+        score = _protocol_score(fleet, fabric, cand, cheap)
+        if best is None or score < best[0]:
+            best = (score, Choice(tuple(sorted(cand, key=lambda n: n.ordinal)), fabric))
+    if best is not None and best[0][:2] == (False, False):
+        return best[1]
+    # No clean one-leaf set: the best nodes per fabric, whatever their leaves (every node, once).
+    by_fabric: dict[str, set[int]] = {}
+    for (fabric, _sig), ordinals in groups.members.items():
+        by_fabric.setdefault(fabric, set()).update(ordinals)
+    for fabric, ordinals in sorted(by_fabric.items()):
+        if len(ordinals) < want:
+            continue
+        pref, cheap_of = _multi_prefs(fleet, need, fabric)
+        fits = [fleet.nodes[o] for o in sorted(ordinals)]
+        fits = [n for n in fits if dynamic_fault(fleet, n, need, gpus_checked=True) is None]
+        if len(fits) < want:
+            continue
+        cand = tuple(heapq.nsmallest(want, fits, key=pref))
+        score = _protocol_score(fleet, fabric, cand, cheap_of(cand))
+        if best is None or score < best[0]:
+            best = (score, Choice(tuple(sorted(cand, key=lambda n: n.ordinal)), fabric))
     return None if best is None else best[1]
 
 

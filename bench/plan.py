@@ -1,0 +1,142 @@
+"""How long planning takes as the fleet grows: 512 to 4,096 hosts of 8 GPUs, filled to about 80%.
+
+    .venv/bin/python bench/plan.py [--sizes 512,1024,2048,4096] [--repeat 3] [--fabric map|real]
+
+The fleet: hosts of 8 x H100-80GB with 4 rail adapters each on one InfiniBand fabric,
+rail-optimised in scalable units of 20 hosts (one leaf per unit and rail); about 1% of
+hosts have a degraded cable and 0.5% an unhealthy GPU; a few hosts already hold each
+model's weights. The catalog: 20 models whose `scaling.min` asks for about 80% of the
+GPUs, in five shapes (2 nodes x 8 GPUs, 8, 4, 2 and 1 GPU), 10/20/20/15/15% of the fleet.
+
+It times a first plan (everything to create) and a re-plan against the state that plan
+leaves (nothing to change, the everyday case), the best of --repeat runs, and prints a
+table so the growth is visible: time per 1,000 hosts stays flat when planning is linear.
+`--fabric real` builds the fabric index by parsing generated ibnetdiscover text with
+llmgw.fabric (slower to set up; the plan itself is what is timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from llmgw.catalog import Model
+from llmgw.catalog.load import Catalog, Located
+from llmgw.facts.model import Filesystem, Gpu, HostFacts, Weights
+from llmgw.inventory import Host
+from llmgw.planner import FabricIndex, MapFabrics, Plan, PlanInputs, make_plan
+from llmgw.site import PortRange
+from llmgw.state import State
+from llmgw.weights.names import cache_name
+
+GPUS = 8
+RAILS = ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
+HOSTS_PER_SU = 20
+SHAPES = [(2, 8, 0.10), (1, 8, 0.20), (1, 4, 0.20), (1, 2, 0.15), (1, 1, 0.15)]  # nodes, gpus, share
+MODELS_PER_SHAPE = 4
+TB = 1024**4
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def host_name(i: int) -> str:
+    return f"gpu-{i + 1:05d}"
+
+
+def catalog(hosts: int) -> Catalog:
+    models = []
+    for nodes, gpus, share in SHAPES:
+        per_model = share * hosts * GPUS / (nodes * gpus) / MODELS_PER_SHAPE
+        for k in range(MODELS_PER_SHAPE):
+            name = f"m{nodes}x{gpus}-{k}"
+            models.append(Model.model_validate({
+                "name": name, "source": f"hf://org/{name}/{name}.gguf",
+                "scaling": {"min": round(per_model), "max": round(per_model) + 2},
+                "profiles": [{"name": f"h100-{nodes}x{gpus}", "engine": "vllm", "gpus": gpus, "nodes": nodes,
+                              "gpu_class": "H100-80GB", "min_memory_gb": 64}]}))
+    return Catalog([Located(m, "catalog/bench.yaml", i + 1, i) for i, m in enumerate(models)])
+
+
+def fleet(hosts: int, cat: Catalog, rnd: random.Random) -> tuple[dict[str, Host], dict[str, HostFacts]]:
+    nodes, facts = {}, {}
+    holders = {m.source: set(rnd.sample(range(hosts), max(1, hosts // 200))) for m in cat}
+    for i in range(hosts):
+        name = host_name(i)
+        address = f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
+        nodes[name] = Host(name=name, groups=frozenset({"llmgw_nodes"}), mgmt_address=address)
+        sick = rnd.random() < 0.005
+        gpus = [Gpu(index=g, uuid=f"{name}-{g}", name="NVIDIA H100 80GB HBM3", gpu_class="H100-80GB",
+                    problems=["uncorrectable ECC errors"] if sick and g == 0 else []) for g in range(GPUS)]
+        weights = [Weights(path=f"/var/cache/llmgw/{cache_name(src)}", size_bytes=10**11, cache=True,
+                           cache_name=cache_name(src)) for src, on in holders.items() if i in on]
+        facts[name] = HostFacts(
+            host=name, gathered_at=T0, cpus=192, memory_total_mb=2048 * 1024, gpus=gpus, weights=weights, units=[],
+            filesystems=[Filesystem(mount="/", device="/dev/nvme0n1", fstype="ext4", shared=False,
+                                    free_bytes=6 * TB, total_bytes=7 * TB, paths=["/var/cache/llmgw"])])
+    return nodes, facts
+
+
+def map_fabric(hosts: int, rnd: random.Random) -> MapFabrics:
+    leaves = {host_name(i): {"ib-a": {rail: f"su{i // HOSTS_PER_SU:03d}-rail{r}" for r, rail in enumerate(RAILS)}}
+              for i in range(hosts)}
+    degraded = frozenset((host_name(i), "ib-a") for i in range(hosts) if rnd.random() < 0.01)
+    return MapFabrics(leaves, degraded)
+
+
+def real_fabric(hosts: int) -> FabricIndex:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fabric_parse import generate  # type: ignore[import-not-found]
+
+    from llmgw.fabric import parse_ibnetdiscover
+    from llmgw.fabric.index import FabricIndex as RealIndex
+
+    return RealIndex.from_fabrics(parse_ibnetdiscover(generate(hosts).replace("gpu-", "gpu-"), source="bench"))
+
+
+def best(runs: int, fn: Callable[[], Plan]) -> tuple[float, float, Plan]:
+    """Best wall and CPU seconds of `runs` calls, and the result."""
+    wall = cpu = float("inf")
+    out: Plan | None = None
+    for _ in range(runs):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        wall, cpu = min(wall, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
+    assert out is not None
+    return wall, cpu, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="512,1024,2048,4096")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per size; the best counts")
+    ap.add_argument("--fabric", choices=["map", "real"], default="map")
+    args = ap.parse_args()
+    print(f"{'hosts':>6} {'GPUs':>6} {'replicas':>8} {'GPUs used':>9} {'unplaced':>8} "
+          f"{'plan s':>7} {'cpu s':>6} {'replan s':>8} {'cpu s':>6} {'cpu s/1k hosts':>14}")
+    for hosts in (int(s) for s in args.sizes.split(",")):
+        rnd = random.Random(hosts)
+        cat = catalog(hosts)
+        nodes, facts = fleet(hosts, cat, rnd)
+        fabrics: FabricIndex = map_fabric(hosts, rnd) if args.fabric == "map" else real_fabric(hosts)
+        inputs = PlanInputs(catalog=cat, nodes=nodes, facts=facts, state=State(lineage="bench"), fabrics=fabrics,
+                            ports=PortRange(start=20000, end=20999),
+                            weight_sizes={m.source: 10**11 for m in cat})
+        wall, cpu, plan = best(args.repeat, lambda inputs=inputs: make_plan(inputs))  # type: ignore[misc]
+        applied = plan.applied(inputs.state)
+        again = PlanInputs(catalog=cat, nodes=nodes, facts=facts, state=applied, fabrics=fabrics,
+                           ports=inputs.ports, weight_sizes=inputs.weight_sizes)
+        wall2, cpu2, replan = best(args.repeat, lambda again=again: make_plan(again))  # type: ignore[misc]
+        assert not replan.has_changes, "a re-plan of an applied plan changes nothing"
+        used = sum(len(s.gpus) for r in plan.desired.replicas for s in r.shards)
+        print(f"{hosts:6d} {hosts * GPUS:6d} {len(plan.desired.replicas):8d} {used / (hosts * GPUS):9.1%} "
+              f"{len(plan.unplaced):8d} {wall:7.2f} {cpu:6.2f} {wall2:8.2f} {cpu2:6.2f} "
+              f"{cpu / hosts * 1000:14.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
