@@ -242,11 +242,24 @@ def test_no_engine_installed_here() -> None:
     assert node.engine_versions(node.run_command, ["/nonexistent"]) == {}
 
 
+def test_vllm_and_sglang_in_the_engine_roles_virtualenvs(tmp_path: Path) -> None:
+    engines = tmp_path / "engines"
+    (engines / "vllm/lib/python3.11/site-packages/vllm-0.8.5.post1.dist-info").mkdir(parents=True)
+    (engines / "sglang/lib/python3.12/site-packages/sglang-0.4.6.post5.dist-info").mkdir(parents=True)
+    (engines / "sglang/lib/python3.12/site-packages/sglang_router-0.1.4.dist-info").mkdir(parents=True)
+    assert node.engine_versions(node.run_command, [], str(engines)) == {"vllm": "0.8.5.post1",
+                                                                         "sglang": "0.4.6.post5"}
+
+
 @pytest.mark.engine
-def test_llama_server_version_from_the_real_binary() -> None:
-    engine_dir = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache/llmgw")) / "engine"
-    assert (engine_dir / "llama-server").is_file(), f"build the engine first: scripts/build-engine ({engine_dir})"
-    versions = node.engine_versions(node.run_command, [str(engine_dir)])
+def test_llama_server_version_from_the_real_binary(tmp_path: Path) -> None:
+    """The real build, installed the way role llmgw_engine does: engines/llamacpp/<checksum>/."""
+    built = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache/llmgw")) / "engine" / "llama-server"
+    assert built.is_file(), f"build the engine first: scripts/build-engine ({built})"
+    engine_dir = tmp_path / "engines" / "llamacpp" / "0123456789abcdef"
+    engine_dir.mkdir(parents=True)
+    (engine_dir / "llama-server").symlink_to(built)
+    versions = node.engine_versions(node.run_command, [], str(tmp_path / "engines"))
     _, out, err = node.run_command([str(engine_dir / "llama-server"), "--version"])
     first = next(line for line in (out + err).splitlines() if line.startswith("version:"))
     assert versions["llamacpp"] == first.removeprefix("version:").strip()  # e.g. "0.5.0-dev (build 1, commit ...)"
@@ -265,7 +278,7 @@ def test_module_facts_on_a_fake_root_with_real_dirs(tmp_path: Path) -> None:
     models = tmp_path / "models"
     _file(models / "m.gguf", 1234)
     params = {"root": str(root), "model_dirs": [str(models), "/nonexistent/dir"], "cache_dir": str(tmp_path / "c"),
-              "engine_search_path": []}
+              "engine_search_path": [], "engine_dir": str(tmp_path / "no-engines")}
     facts = node_facts.node_facts(params)
     assert facts["llmgw_memory_total_mb"] == 1024
     assert facts["llmgw_cpus"] == 16

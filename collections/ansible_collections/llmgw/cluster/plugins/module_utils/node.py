@@ -12,6 +12,7 @@ as arguments, so unit tests drive it against fake trees.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -478,22 +479,48 @@ def _dist_version(dist: str) -> Optional[str]:
         return None
 
 
-def engine_versions(run: Run, search_dirs: List[str]) -> FactDict:
+def _newest(paths: List[str]) -> Optional[str]:
+    def mtime(path: str) -> float:
+        try:
+            return os.stat(path).st_mtime
+        except OSError:
+            return 0.0
+
+    existing = [p for p in paths if os.path.isfile(p) and os.access(p, os.X_OK)]
+    return max(existing, key=mtime) if existing else None
+
+
+def _venv_version(venv: str, dist: str) -> Optional[str]:
+    """A package's version in a virtualenv, from its dist-info folder name (no process)."""
+    pattern = os.path.join(venv, "lib", "python3*", "site-packages", "%s-*.dist-info" % dist)
+    for folder in sorted(glob.glob(pattern), reverse=True):
+        name = os.path.basename(folder)[len(dist) + 1:-len(".dist-info")]
+        if name:
+            return name
+    return None
+
+
+def engine_versions(run: Run, search_dirs: List[str], engine_dir: Optional[str] = None) -> FactDict:
     """Installed engines and their versions, keyed like the catalog (llamacpp, vllm, sglang).
 
-    llama.cpp from `llama-server --version`; vLLM and SGLang from the Python packages of
-    the interpreter running this module, else (vLLM) from its CLI on the search path.
-    An engine not found is absent (the dict is what is installed).
+    Where llmgw's engine role installs them first (`engine_dir`: llama-server builds in
+    `llamacpp/<checksum>/`, the newest answering; vLLM and SGLang virtualenvs in
+    `vllm/` and `sglang/`), then `search_dirs` and PATH for llama-server and vllm, then
+    the Python packages of the interpreter running this module. llama.cpp's version is
+    what `llama-server --version` prints. An engine not found is absent.
     """
     found: FactDict = {}
-    llama = find_program("llama-server", search_dirs)
+    builds = glob.glob(os.path.join(engine_dir, "llamacpp", "*", "llama-server")) if engine_dir else []
+    llama = _newest(builds) or find_program("llama-server", search_dirs)
     if llama:
         rc, out, err = run([llama, "--version"])
         text = (out or "") + "\n" + (err or "")
         version = _first_version(text) if rc == 0 or "version" in text else None
         found["llamacpp"] = version or "unknown"
     for engine in ("vllm", "sglang"):
-        version = _dist_version(engine)
+        version = _venv_version(os.path.join(engine_dir, engine), engine) if engine_dir else None
+        if version is None:
+            version = _dist_version(engine)
         program = find_program(engine, search_dirs) if engine == "vllm" and version is None else None
         if program:
             rc, out, err = run([program, "--version"])

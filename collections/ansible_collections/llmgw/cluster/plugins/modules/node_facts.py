@@ -25,7 +25,8 @@ description:
     Hugging Face-style folders holding C(config.json) beside weight files). Empty
     files and folders and C(*.part) downloads are not weights.
   - llmgw's systemd units (C(llmgw-*)) present and their active state, and installed
-    engine versions (llama.cpp C(llama-server --version), vLLM, SGLang).
+    engine versions (llama.cpp C(llama-server --version), vLLM, SGLang), looked for where
+    llmgw's engine role installs them (O(engine_dir)) first.
   - Read-only; C(changed) is always false.
 author:
   - llmgw contributors
@@ -39,11 +40,18 @@ options:
     description: llmgw's weights cache (host var C(llmgw_cache_dir)).
     type: path
     default: /var/cache/llmgw
+  engine_dir:
+    description:
+      - Where llmgw's engine role installs engines (role variable C(llmgw_engine_install_dir)) -
+        llama-server builds under C(llamacpp/<checksum>/), vLLM and SGLang virtualenvs under
+        C(vllm/) and C(sglang/). Searched first.
+    type: path
+    default: /opt/llmgw/engines
   engine_search_path:
-    description: Folders searched for engine programs (C(llama-server), C(vllm)) before C(PATH).
+    description: Folders searched next for engine programs (C(llama-server), C(vllm)), then C(PATH).
     type: list
     elements: path
-    default: [/opt/llmgw/bin, /usr/local/bin]
+    default: [/usr/local/bin]
   root:
     description:
       - Where C(/proc) and C(/sys) are read from. Only tests change it.
@@ -139,7 +147,8 @@ from ansible_collections.llmgw.cluster.plugins.module_utils.node import (
 ARGUMENT_SPEC = {
     "model_dirs": {"type": "list", "elements": "path", "default": []},
     "cache_dir": {"type": "path", "default": "/var/cache/llmgw"},
-    "engine_search_path": {"type": "list", "elements": "path", "default": ["/opt/llmgw/bin", "/usr/local/bin"]},
+    "engine_dir": {"type": "path", "default": "/opt/llmgw/engines"},
+    "engine_search_path": {"type": "list", "elements": "path", "default": ["/usr/local/bin"]},
     "root": {"type": "path", "default": "/"},
 }
 
@@ -163,7 +172,7 @@ def node_facts(params: dict, run=run_command) -> dict:
         "llmgw_weights": find_weights(dirs, cache_dir, is_cache_name),
         "llmgw_units": units,
         "llmgw_units_unknown_reason": units_reason,
-        "llmgw_engines": engine_versions(run, list(params["engine_search_path"] or [])),
+        "llmgw_engines": engine_versions(run, list(params["engine_search_path"] or []), params.get("engine_dir")),
     }
 
 
