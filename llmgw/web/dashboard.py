@@ -50,6 +50,7 @@ def _env() -> Environment:
     env.filters["duration"] = duration
     env.filters["bytes"] = human_bytes
     env.filters["idle"] = idle_text
+    env.filters["num"] = lambda n: f"{n:,}".replace(",", "\u202f")  # 5 000 000: thin spaces
     env.globals["pages"] = [("/", "Overview"), ("/nodes", "Nodes"), ("/models", "Models"),
                             ("/replicas", "Replicas"), ("/failures", "Placement failures"),
                             ("/usage", "Usage"), ("/fabrics", "Fabrics")]
