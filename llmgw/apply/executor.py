@@ -1,0 +1,238 @@
+"""Apply a plan step by step, writing the state after every step.
+
+The order (DESIGN.md, "Apply: rolling and safe"):
+
+1. new replicas: weights fetched on their hosts; the replica recorded `starting`
+   (before any unit exists, so a kill leaves a record of every unit that may run);
+   units rendered, verified and started; engine health waited for; recorded `ready`
+   and delivered to the routers, which must report they know it;
+2. the replicas they replace, one pair at a time: recorded `draining` and delivered;
+   every router asked (through Ansible, on its loopback admin API) until it has
+   nothing in flight on them, or the grace period passes; units stopped and removed;
+   the replica removed from the state and delivered again;
+3. destroyed replicas the same way, then units the state never recorded (drift).
+
+A kill at any point leaves a state that tells the truth: a `starting` or `draining`
+replica is destroyed by the next plan (and replaced when the catalog still wants it),
+which the next apply carries out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from llmgw.apply.hosts import Hosts, Progress
+from llmgw.errors import PlanError, RunnerError
+from llmgw.inventory import Inventory
+from llmgw.planner.plan import Action, Plan, PlannedReplica
+from llmgw.state import ModelRecord, Replica, ReplicaState, Shard, State, read_state, write_state
+
+Say = Callable[[str], None]
+"""One line about what apply is doing now, for people."""
+
+
+def check_fresh(plan: Plan, state: State) -> None:
+    """Refuse a plan made against another state than the one on disk (stale or foreign)."""
+    if plan.state_lineage and state.lineage and plan.state_lineage != state.lineage:
+        raise PlanError(f"the plan was made for another state (lineage {plan.state_lineage}, "
+                        f"this state is {state.lineage})", hint="make a new plan with `llmgw plan --out FILE`")
+    if plan.state_serial != state.serial:
+        raise PlanError(f"the plan is stale: it was made against state serial {plan.state_serial}, "
+                        f"and the state is at serial {state.serial} now",
+                        hint="make a new plan with `llmgw plan --out FILE` (or run `llmgw apply` without a file)")
+
+
+def unit_base(unit: str) -> str:
+    return unit.removesuffix(".service")
+
+
+@dataclass
+class Outcome:
+    """What an apply did, for the summary line and tests."""
+
+    created: list[str] = field(default_factory=list)
+    destroyed: list[str] = field(default_factory=list)
+    strays: list[str] = field(default_factory=list)
+    grace_expired: list[str] = field(default_factory=list)
+    serial: int = 0
+
+
+class Applier:
+    """Carries out one plan against the hosts, recording every step in the state file."""
+
+    def __init__(self, *, plan: Plan, state_file: Path, inventory: Inventory, hosts: Hosts,
+                 wheelhouse: Callable[[], Path], grace: float = 120.0, progress: Progress | None = None,
+                 say: Say | None = None) -> None:
+        self.plan = plan
+        self.state_file = state_file
+        self.inventory = inventory
+        self.hosts = hosts
+        self.wheelhouse = wheelhouse
+        self.grace = grace
+        self.progress = progress
+        self.say = say or (lambda _line: None)
+        self.state = read_state(state_file)
+        self.outcome = Outcome(serial=self.state.serial)
+        self._wheelhouse: Path | None = None
+        self._undelivered = False  # the routers have not seen the latest state yet
+        self._routers_checked = False  # the router role ran in full once in this apply
+
+    # -- the state ----------------------------------------------------------------------
+
+    def _write(self, state: State) -> None:
+        self.state = write_state(self.state_file, state, expect_serial=self.state.serial)
+        self.outcome.serial = self.state.serial
+
+    def _set_replicas(self, replicas: list[Replica], models: list[ModelRecord] | None = None) -> None:
+        update: dict[str, Any] = {"replicas": sorted(replicas, key=lambda r: (r.model, r.id))}
+        if models is not None:
+            update["models"] = models
+        self._write(self.state.model_copy(update=update))
+
+    def _mark(self, ids: Sequence[str], new_state: ReplicaState) -> None:
+        wanted = set(ids)
+        self._set_replicas([r.model_copy(update={"state": new_state}) if r.id in wanted else r
+                            for r in self.state.replicas])
+
+    def _models_during(self) -> list[ModelRecord]:
+        """The desired models, plus the records of models still running replicas."""
+        desired = {m.name: m for m in self.plan.desired.models}
+        for m in self.state.models:
+            if m.name not in desired and any(r.model == m.name for r in self.state.replicas):
+                desired[m.name] = m
+        return [desired[n] for n in sorted(desired)]
+
+    # -- routers ------------------------------------------------------------------------
+
+    def _deliver(self, present: Sequence[str] = (), idle: Sequence[str] = (), timeout: float = 60.0) -> list[str]:
+        """Give the routers the state and wait until they hold it; returns ids still busy after timeout."""
+        self._undelivered = False
+        if not self.hosts.routers:
+            return []
+        if self._wheelhouse is None:
+            self.say("Preparing the router's wheelhouse")
+            self._wheelhouse = self.wheelhouse()
+        self.say(f"Delivering state serial {self.state.serial} to {', '.join(self.hosts.routers)}"
+                 + (f", waiting until {', '.join(idle)} are idle" if idle else ""))
+        views = self.hosts.deliver(self.state_file, self._wheelhouse, serial=self.state.serial, present=present,
+                                   idle=idle, timeout=timeout, state_only=self._routers_checked,
+                                   progress=self.progress)
+        self._routers_checked = True
+        busy: set[str] = set()
+        for v in views:
+            if v.serial is None or v.serial < self.state.serial or not set(present) <= set(v.in_flight):
+                raise RunnerError(f"router {v.host} did not load state serial {self.state.serial}",
+                                  detail=[f"it reports serial {v.serial}"],
+                                  hint="look at `journalctl -u llmgw-router` on that host")
+            busy |= {i for i in idle if v.in_flight.get(i, 0) > 0}
+        return sorted(busy)
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _shard_entry(self, r: PlannedReplica, rank: int) -> dict[str, Any]:
+        s = next(x for x in r.shards if x.rank == rank)
+        host = self.inventory.nodes.get(s.node)
+        cache_dir = host.cache_dir if host is not None else "/var/cache/llmgw"
+        leader = r.shards[0]
+        return {"unit": unit_base(s.unit), "state": "present", "replica": r.id, "model": r.model,
+                "model_path": f"{cache_dir.rstrip('/')}/{r.cache_name}", "engine": r.engine, "port": s.port,
+                "gpus": list(s.gpus), "args": list(r.args or []), "env": dict(r.env or {}), "rank": s.rank,
+                "nodes": len(r.shards), "leader": leader.address,
+                "peers": [f"{x.address}:{x.port}" for x in sorted(r.shards, key=lambda x: x.rank)],
+                "fabric": r.fabric or ""}
+
+    def _bring_up(self, replicas: Sequence[PlannedReplica]) -> None:
+        if not replicas:
+            return
+        ids = [r.id for r in replicas]
+        weights: dict[str, list[dict[str, str]]] = {}
+        for r in replicas:
+            if r.source is None or r.cache_name is None:
+                raise PlanError(f"the plan has no source for new replica {r.id}", hint="make a new plan")
+            for s in r.shards:
+                entry = {"source": r.source, "name": r.cache_name}
+                if entry not in weights.setdefault(s.node, []):
+                    weights[s.node].append(entry)
+        now = datetime.now(UTC)
+        records = [Replica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, state="starting",
+                           endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now,
+                           shards=[Shard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit)
+                                   for s in r.shards]) for r in replicas]
+        known = {r.id for r in self.state.replicas}
+        # Recorded before anything happens on a host: a kill from here on leaves a record of
+        # every unit that may run, and the next plan stops and replaces what was half started.
+        self._set_replicas([*self.state.replicas, *(r for r in records if r.id not in known)],
+                           models=self._models_during())
+        shards: dict[str, list[dict[str, Any]]] = {}
+        for r in replicas:
+            # Workers (rank > 0) before their leader is harmless: a leader waits for them.
+            for s in sorted(r.shards, key=lambda x: -x.rank):
+                shards.setdefault(s.node, []).append(self._shard_entry(r, s.rank))
+        self.say(f"Fetching weights and starting {', '.join(ids)}; waiting for their health")
+        self.hosts.engines(weights, shards, "start", self.progress)
+        self._mark(ids, "ready")
+        self._deliver(present=ids)
+        self.outcome.created.extend(ids)
+        for r in replicas:
+            self.say(f"{r.id} is ready at {r.endpoint}")
+
+    def _take_down(self, ids: Sequence[str]) -> None:
+        doomed = [r for r in self.state.replicas if r.id in set(ids)]
+        if not doomed:
+            return
+        names = [r.id for r in doomed]
+        self._mark(names, "draining")
+        self.say(f"Draining {', '.join(names)} (grace {self.grace:g} s)")
+        busy = self._deliver(idle=names, timeout=self.grace)
+        if busy:
+            self.say(f"Grace period over with requests still in flight on {', '.join(busy)}; stopping anyway")
+            self.outcome.grace_expired.extend(busy)
+        self._stop_units([(s.node, s.unit) for r in doomed for s in r.shards])
+        gone = set(names)
+        self._set_replicas([r for r in self.state.replicas if r.id not in gone], models=self._models_during())
+        self._undelivered = True  # the routers learn it with the next delivery (at the latest, the last)
+        self.outcome.destroyed.extend(names)
+
+    def _stop_units(self, units: Sequence[tuple[str, str]]) -> None:
+        by_host: dict[str, list[dict[str, Any]]] = {}
+        for node, unit in units:
+            if node not in self.inventory.nodes:
+                self.say(f"{node} is no longer in the inventory; {unit} is left to whoever removed it")
+                continue
+            by_host.setdefault(node, []).append({"unit": unit_base(unit), "state": "absent"})
+        if by_host:
+            self.say(f"Stopping {', '.join(sorted(u for _n, u in units))}")
+            self.hosts.engines({}, by_host, "stop", self.progress)
+
+    # -- the whole ----------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        check_fresh(self.plan, self.state)
+        planned = {r.id: r for r in self.plan.desired.replicas}
+        by_kind: dict[str, list[Action]] = {}
+        for a in self.plan.actions:
+            by_kind.setdefault(a.action, []).append(a)
+        creates = [planned[a.replica] for a in by_kind.get("create", []) if a.replica in planned]
+        self._bring_up(creates)
+        for a in by_kind.get("replace", []):
+            if a.replica in planned:
+                self._bring_up([planned[a.replica]])
+            if a.replaces:
+                self._take_down([a.replaces])
+        destroys = by_kind.get("destroy", [])
+        self._take_down([a.replica for a in destroys if a.replica and not a.stray])
+        strays = [(u.node, u.unit) for a in destroys if a.stray for u in a.units]
+        if strays:
+            self._stop_units(strays)
+            self.outcome.strays.extend(u for _n, u in strays)
+        desired_models = list(self.plan.desired.models)
+        if self.state.models != desired_models or self.outcome.serial == self.plan.state_serial:
+            self._set_replicas(list(self.state.replicas), models=desired_models)
+            self._undelivered = True
+        if self._undelivered:
+            self._deliver()
+        return self.outcome

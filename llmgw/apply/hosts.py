@@ -1,0 +1,143 @@
+"""What apply asks of the hosts, each one a playbook run through llmgw.runner.
+
+Every call names exactly the hosts it needs (`llmgw_apply_targets`), so apply touches
+only hosts with changes, and reports progress through a `Progress` callback:
+`(step, host, done, total)`, where done/total are bytes for downloads and tasks
+otherwise (total None when not known).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmgw import resources
+from llmgw.errors import RunnerError
+from llmgw.inventory import Inventory
+from llmgw.runner import RunEvent, RunResult, run_playbook
+
+Progress = Callable[[str, str, int, "int | None"], None]
+"""(step, host, done, total) as a step runs; for downloads done/total are bytes."""
+
+FOLLOW_TASK = "Follow the downloads"
+WAIT_TASK = "Ask the router for its replicas"
+KEY_TASK = "Create the key"
+
+
+@dataclass(frozen=True)
+class RouterView:
+    """What one router reported when apply last asked it."""
+
+    host: str
+    reached: bool  # the wait condition held before the timeout
+    serial: int | None
+    in_flight: dict[str, int]
+
+
+def _pattern(hosts: Sequence[str]) -> str:
+    return ",".join(sorted(hosts))
+
+
+class Hosts:
+    """Runs apply's playbooks against a site's inventory."""
+
+    def __init__(self, inventory_path: Path, inventory: Inventory, *, artifacts: Path | None,
+                 forks: int = 20, extra: Mapping[str, Any] | None = None) -> None:
+        self.inventory_path = inventory_path
+        self.inventory = inventory
+        self.artifacts = artifacts
+        self.forks = forks
+        self.extra = dict(extra or {})
+
+    @property
+    def routers(self) -> list[str]:
+        return sorted(self.inventory.routers)
+
+    def _run(self, playbook: str, step: str, targets: Sequence[str] | None, extravars: dict[str, Any],
+             progress: Progress | None, capture: Sequence[str] = ()) -> RunResult:
+        done: dict[str, int] = {}
+
+        def on_event(event: RunEvent) -> None:
+            if progress is None or event.host is None:
+                return
+            if event.task == FOLLOW_TASK and event.kind in ("other", "host_ok"):
+                try:
+                    info = json.loads(str(event.result.get("stdout") or "{}"))
+                except ValueError:
+                    return
+                got = info.get("bytes")
+                if isinstance(got, int):
+                    total = info.get("total")
+                    progress("weights", event.host, got, total if isinstance(total, int) else None)
+            elif event.kind in ("host_ok", "host_skipped"):
+                done[event.host] = done.get(event.host, 0) + 1
+                progress(step, event.host, done[event.host], None)
+
+        vars_ = {**self.extra, **extravars}
+        if targets is not None:
+            vars_["llmgw_apply_targets"] = _pattern(targets)
+        result = run_playbook(resources.playbook(playbook), self.inventory_path, extravars=vars_, forks=self.forks,
+                              on_event=on_event, capture=capture)
+        if not result.ok:
+            detail = [f"{h}: {why}" for h, why in sorted(result.host_errors.items())] or result.output_tail[-8:]
+            raise RunnerError(f"{step} failed on {', '.join(sorted(result.host_errors)) or 'the hosts'}",
+                              detail=detail, hint="fix the cause, then run `llmgw plan` and `llmgw apply` again: "
+                                                  "the state records how far this apply got")
+        return result
+
+    def engines(self, weights: Mapping[str, list[dict[str, str]]], shards: Mapping[str, list[dict[str, Any]]],
+                step: str, progress: Progress | None) -> None:
+        """Fetch `weights` and then start or stop `shards` (host -> entries), in one Ansible run."""
+        if not weights and not shards:
+            return
+        artifacts = str(self.artifacts) if self.artifacts is not None else ""
+        fetchers = _pattern(list(weights)) or "all:!all"  # a play needs a pattern; this one matches none
+        self._run("apply.yml", step, list(shards),
+                  {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,
+                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts}, progress)
+
+    def deliver(self, state_file: Path, wheelhouse: Path, *, serial: int, present: Sequence[str] = (),
+                idle: Sequence[str] = (), timeout: float = 60.0, state_only: bool = False,
+                progress: Progress | None = None) -> list[RouterView]:
+        """Give every router the state file, then ask each until it holds `serial`, knows
+        `present` and has nothing in flight on `idle` (or `timeout` seconds pass).
+
+        `state_only` skips installing and checking the service (done once per apply)."""
+        if not self.routers:
+            return []
+        result = self._run("router.yml", "routers", None,
+                           {"llmgw_router_state_src": str(state_file.resolve()),
+                            "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
+                            "llmgw_wait_serial": serial, "llmgw_wait_present": list(present),
+                            "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
+                           progress, capture=[WAIT_TASK])
+        views = []
+        for host in self.routers:
+            res = result.results.get(host, {}).get(WAIT_TASK)
+            body = res.result.get("json") if res is not None else None
+            if not isinstance(body, dict):
+                views.append(RouterView(host, False, None, {}))
+                continue
+            reps = [r for r in body.get("replicas", []) if isinstance(r, dict)]
+            in_flight = {str(r.get("id")): int(r.get("in_flight") or 0) for r in reps}
+            got = int(body.get("serial") or 0)
+            reached = got >= serial and set(present) <= set(in_flight) and all(in_flight.get(i, 0) == 0 for i in idle)
+            views.append(RouterView(host, reached, got, in_flight))
+        return views
+
+    def create_key(self, name: str, group: str | None = None) -> dict[str, Any]:
+        """An API key in the routers' store, made by the router host's own `llmgw keys create`."""
+        if not self.routers:
+            raise RunnerError("the inventory has no llmgw_routers host to create a key on")
+        result = self._run("router_key.yml", "keys", None, {"llmgw_key_name": name, "llmgw_key_group": group or ""},
+                           None, capture=[KEY_TASK])
+        for host in self.routers:
+            res = result.results.get(host, {}).get(KEY_TASK)
+            if res is not None and res.status == "ok":
+                data = json.loads(str(res.result.get("stdout") or "{}"))
+                if isinstance(data, dict):
+                    return data
+        raise RunnerError("the router host did not return a key")

@@ -1,0 +1,111 @@
+"""`llmgw apply [PLAN]`: make the fleet match a plan, rolling and resumable."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+from rich import filesize
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from llmgw.apply import applier_for, check_fresh
+from llmgw.cli.output import console, err_console
+from llmgw.errors import PlanError, UsageError
+from llmgw.planner.load import load_inputs
+from llmgw.planner.plan import Plan, make_plan
+from llmgw.planner.render import render_plan
+from llmgw.state import read_state, state_lock
+
+
+class StepBars:
+    """One rich bar per (step, host): bytes for downloads, tasks done otherwise."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.tasks: dict[tuple[str, str], TaskID] = {}
+        self.started = time.monotonic()
+
+    def __call__(self, step: str, host: str, done: int, total: int | None) -> None:
+        downloading = step == "weights"
+        key = (step, host)
+        task = self.tasks.get(key)
+        if task is None:
+            task = self.progress.add_task(f"{step:<8} {host}", total=total, what="")
+            self.tasks[key] = task
+        if downloading:
+            what = filesize.decimal(done) + (f" / {filesize.decimal(total)}" if total else "")
+        else:
+            what = f"{done} tasks"
+        self.progress.update(task, completed=done, total=total, what=what)
+
+    def say(self, line: str) -> None:
+        took = time.monotonic() - self.started
+        self.progress.console.print(f"[dim]{took:6.1f}s[/] [bold]>[/] {line}", markup=True, highlight=False)
+
+
+def _load_plan(path: Path) -> Plan:
+    try:
+        return Plan.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read the plan {path}: {exc.strerror}") from None
+    except ValidationError as exc:
+        raise PlanError(f"{path} is not a llmgw plan: {str(exc).splitlines()[0]}",
+                        hint="save a plan with `llmgw plan --out FILE`") from None
+
+
+def register(cli: click.Group) -> None:
+    from llmgw.cli import AppContext, pass_app
+
+    @cli.command("apply")
+    @click.argument("plan_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+    @click.option("--auto-approve", is_flag=True, help="Apply without asking (needed when not on a terminal).")
+    @click.option("--grace", type=click.FloatRange(min=0), default=120.0, show_default=True,
+                  help="Seconds to wait for drained replicas to finish their requests before stopping them.")
+    @click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
+                  help="Hosts Ansible works on at once.")
+    @pass_app
+    def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: float, forks: int) -> None:
+        """Make the fleet match the catalog: plan (or read PLAN_FILE), then start and stop engine shards.
+
+        New replicas serve before old ones are drained and stopped; the state file is written after
+        every step, so an interrupted apply is finished by the next `llmgw plan` and `llmgw apply`.
+        """
+        site = app.site
+        if plan_file is not None:
+            plan = _load_plan(plan_file)
+            check_fresh(plan, read_state(site.state_file))
+        else:
+            inputs = load_inputs(site)
+            plan = make_plan(inputs)
+            click.echo(render_plan(plan, inputs.state), nl=False)
+        if not plan.has_changes:
+            if plan_file is not None:
+                click.echo("No changes. The fleet matches the catalog.")
+            return
+        if not auto_approve:
+            if not sys.stdin.isatty():
+                raise UsageError("apply needs approval, and this is not a terminal",
+                                 hint="review the plan above and pass --auto-approve, or apply a saved plan "
+                                      "with `llmgw apply FILE --auto-approve`")
+            if not click.confirm("\nApply these changes?", default=False):
+                click.echo("Apply cancelled; nothing changed.")
+                return
+        started = time.monotonic()
+        bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[what]}"),
+                        TimeElapsedColumn(),
+                        console=err_console, transient=False, disable=not err_console.is_terminal)
+        with state_lock(site.state_file), bars:
+            ui = StepBars(bars)
+            say = ui.say if err_console.is_terminal else (
+                lambda line: err_console.print(f"{time.monotonic() - started:6.1f}s > {line}", markup=False))
+            outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say).run()
+        took = time.monotonic() - started
+        console.print(f"Apply complete! {len(outcome.created)} added, {len(outcome.destroyed)} destroyed"
+                      + (f", {len(outcome.strays)} stray units removed" if outcome.strays else "")
+                      + f" (state serial {outcome.serial}, {took:.0f} s).")
+        if outcome.grace_expired:
+            console.print(f"Stopped with requests still in flight after the grace period: "
+                          f"{', '.join(outcome.grace_expired)}")
