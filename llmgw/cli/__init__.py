@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "llmgw.cli.router_cmd",
     "llmgw.cli.keys_cmd",
     "llmgw.cli.plan_cmd",
+    "llmgw.cli.apply_cmd",
     "llmgw.cli.edit_cmd",
     "llmgw.cli.views_cmd",
 ]
