@@ -12,23 +12,26 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
 
 from llmgw.cli import output
-from llmgw.errors import SiteError
+from llmgw.site import SITE_FILE
 from llmgw.store import UNSET, GroupRecord, KeyRecord, Store, Unset, default_store_url, open_store
 
 
 def resolve_store_url(app: Any, url: str | None) -> str:
-    """--store, else the site's store, else the embedded default."""
+    """--store, else the site's store, else (no llmgw.yaml here) the embedded default.
+
+    A site whose llmgw.yaml is broken is an error, never a silent switch to another store.
+    """
     if url:
         return url
-    try:
-        return str(app.site.store_url)
-    except SiteError:
+    if not (Path(app.directory) / SITE_FILE).is_file():
         return default_store_url()
+    return str(app.site.store_url)
 
 
 @contextmanager

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from llmgw.cli.keys_cmd import resolve_store_url, store_option
-from llmgw.errors import SiteError, UsageError
+from llmgw.errors import UsageError
 from llmgw.router.settings import RouterSettings
+from llmgw.site import SITE_FILE
 from llmgw.store import open_store
 
 if TYPE_CHECKING:
@@ -88,14 +89,11 @@ def register(cli: click.Group) -> None:
         """Serve the OpenAI API for the replicas in the state file, with keys, quotas and drains."""
         from llmgw.router.server import RouterServer, parse_addr
 
-        site = None
-        try:
-            site = app.site
-        except SiteError:
-            if state_path is None:
-                raise
+        site = app.site if (app.directory / SITE_FILE).is_file() else None
         if state_path is None:
-            assert site is not None
+            if site is None:
+                raise UsageError(f"no --state given and no site in {app.directory.resolve()}",
+                                 hint="pass --state FILE, or run in a site folder (or with -C DIR)")
             state_path = site.state_file
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         settings = RouterSettings(connect_timeout=connect_timeout, first_byte_timeout=first_byte_timeout,

@@ -76,7 +76,7 @@ def test_serve_needs_a_state_outside_a_site(tmp_path: Path) -> None:
     from tests.helpers import run_cli
 
     r = run_cli("-C", str(tmp_path), "router", "serve", "--listen", "127.0.0.1:0")
-    assert r.exit_code == 1 and "no llmgw.yaml" in r.stderr
+    assert r.exit_code == 2 and "no --state given and no site" in r.stderr
 
 
 def test_serve_refuses_a_bad_address(tmp_path: Path) -> None:
