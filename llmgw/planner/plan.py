@@ -432,10 +432,20 @@ class _Planner:
                 x = rs.pop()
                 self._destroy(x.old, f"scaling.max is {model.scaling.maximum}")
                 over -= 1
-            while over > 0:
-                r = ks.pop()
-                self._destroy(r, f"scaling.max is {model.scaling.maximum}")
-                over -= 1
+            if over > 0:
+                # Replicas on cordoned nodes go first (the operator wants those nodes emptied),
+                # then the newest.
+                def cordoned(r: Replica) -> bool:
+                    return any(self.fleet.by_name[s.node].host.node_state == "cordoned"
+                               for s in r.shards if s.node in self.fleet.by_name)
+
+                def newest_first(r: Replica) -> tuple[bool, int, str]:
+                    return (not cordoned(r), -replica_sort_key(r.id, r.model)[1], r.id)
+
+                victims = sorted(ks, key=newest_first)[:over]
+                for r in sorted(victims, key=lambda r: replica_sort_key(r.id, r.model)):
+                    self._destroy(r, f"scaling.max is {model.scaling.maximum}")
+                ks = [r for r in ks if r not in victims]
             kept[model.name], replacing[model.name] = ks, rs
             live[model.name] = len(ks) + len(rs)
             self.target[model.name] = max(model.scaling.min, live[model.name])

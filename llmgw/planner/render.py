@@ -113,6 +113,9 @@ def render_plan(plan: Plan, state: State, *, limit: int | None = REJECTIONS_SHOW
         out += ["", "llmgw will perform the following actions:", ""]
         for a in plan.actions:
             out.extend(_block(a, plan, state))
+        kept = sum(r.status == "kept" for r in plan.desired.replicas)
+        if kept:
+            out += [f"  # ({kept} unchanged replica{'s' if kept != 1 else ''} hidden)", ""]
     out.append(summary_line(plan))
     if plan.unplaced:
         out += ["", "Models that cannot be placed:"]

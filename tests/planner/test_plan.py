@@ -102,6 +102,23 @@ def test_scaling_up_adds_and_down_destroys_the_newest() -> None:
     assert [u.unit for u in down.actions[0].units] == ["llmgw-m-2-0.service"]
 
 
+def test_scaling_down_empties_cordoned_nodes_first() -> None:
+    state = applied(make_plan(inputs([M], HOSTS, FACTS)))
+    hosts = [HOSTS[0], host("b", "cordoned", address="10.0.0.2")]
+    down = make_plan(inputs([model("m", gpu_profile(gpus=4), min=1)], hosts, FACTS, state=state))
+    assert actions(down) == [("destroy", "m-2", None)]
+    hosts = [host("a", "cordoned", address="10.0.0.1"), HOSTS[1]]
+    down = make_plan(inputs([model("m", gpu_profile(gpus=4), min=1)], hosts, FACTS, state=state))
+    assert actions(down) == [("destroy", "m-1", None)]
+
+
+def test_unchanged_replicas_are_counted_not_shown() -> None:
+    state = applied(make_plan(inputs([M], HOSTS, FACTS)))
+    up = make_plan(inputs([model("m", gpu_profile(gpus=4), min=3)], [*HOSTS, host("c")], [*FACTS, facts("c", 4)],
+                          state=state))
+    assert "  # (2 unchanged replicas hidden)\n\nPlan: 1 to add, 0 to change, 0 to destroy." in render_plan(up, state)
+
+
 def test_replicas_above_min_up_to_max_are_left_alone() -> None:
     state = applied(make_plan(inputs([M], HOSTS, FACTS)))
     plan = make_plan(inputs([model("m", gpu_profile(gpus=4), min=1, max=2)], HOSTS, FACTS, state=state))
