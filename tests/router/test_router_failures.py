@@ -54,6 +54,41 @@ def hung_endpoint() -> Iterator[str]:
     sock.close()
 
 
+@pytest.fixture
+def stalling_endpoint() -> Iterator[str]:
+    """A server that starts an SSE stream, sends one event, then goes silent."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"hel"}}]}\n\n'
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n" % len(event) + event + b"\r\n")
+
+    def serve() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.sendall(head)
+            held.append(conn)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    stop.set()
+    t.join(5)
+    for c in held:
+        c.close()
+    sock.close()
+
+
 def engine_busy(e: Engine) -> bool:
     """Is llama-server processing a request right now (from its own /metrics)?"""
     for line in HTTP.get(e.endpoint + "/metrics", timeout=5).text.splitlines():
@@ -121,6 +156,22 @@ def test_hung_replica_times_out_before_first_byte_and_falls_back(
     stuck = router.replica("stuck-0")
     assert stuck["health"] == "unhealthy" and "no first byte within 1 s" in stuck["last_error"]
     assert stuck["in_flight"] == 0
+
+
+def test_stream_that_stalls_ends_with_an_error_event(state: StateFile, start_router: Callable[..., RunningRouter],
+                                                     api_key: str, stalling_endpoint: str) -> None:
+    state.write([model("slow")], [replica("slow-0", "slow", stalling_endpoint)])
+    router = start_router(state.path, settings=RouterSettings(**{**FAST.__dict__, "chunk_gap_timeout": 1.0,
+                                                                 "health_interval": 3600.0}))
+    stream = router.client(api_key).chat.completions.create(model="slow", messages=MESSAGES, stream=True)
+    seen: list[str] = []
+    with pytest.raises(openai.APIError) as info:
+        for chunk in stream:
+            seen.append(chunk.choices[0].delta.content or "")
+    assert seen == ["hel"]
+    assert "no data for 1 s inside the response" in info.value.message
+    slow = router.replica("slow-0")
+    assert slow["in_flight"] == 0 and slow["health"] == "unhealthy"
 
 
 def test_engine_killed_mid_stream_gives_the_client_an_error(
