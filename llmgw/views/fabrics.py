@@ -53,6 +53,11 @@ def short_switch_name(name: str) -> str:
     return text.split(":", 1)[0] or name
 
 
+def switch_width(name: str) -> float:
+    """Room for the switch's short name in 12px bold, and never narrower than SWITCH_W."""
+    return max(float(SWITCH_W), 7.6 * len(short_switch_name(name)) + 20)
+
+
 def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
     """Positions of every switch, adapter and cable of `fabric`, for an SVG."""
     rates = sorted({link.rate for link in fabric.links if not link.degraded}, key=lambda r: (-(r.gbps or 0.0), str(r)))
@@ -106,9 +111,9 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
             span += AD_W + AD_GAP
             prev_host = a["host"]
         span = max(span - AD_GAP, 0.0)
-        width = max(float(SWITCH_W), span)
-        sx = x + (width - SWITCH_W) / 2
-        pos[f"sw-{hexguid(s.guid)}"] = (sx, y_of[tiers[-1]], SWITCH_W, SWITCH_H)
+        sw = switch_width(s.name)
+        width = max(sw, span)
+        pos[f"sw-{hexguid(s.guid)}"] = (x + (width - sw) / 2, y_of[tiers[-1]], sw, SWITCH_H)
         ax0 = x + (width - span) / 2
         for a, dx in zip(group, xs, strict=True):
             pos[a["key"]] = (ax0 + dx, ad_y, AD_W, AD_H)
@@ -120,11 +125,16 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
         adapters.append({**a, "x": x, "y": ad_y, "w": AD_W, "h": AD_H})
         x += AD_W + AD_GAP
     width = max(x - LEAF_GAP + MARGIN, GUTTER + MARGIN + SWITCH_W)
+    for t in tiers[:-1]:  # upper rows: spread evenly over the width, wide enough for every name
+        row = by_tier[t]
+        widths = [switch_width(s.name) for s in row]
+        width = max(width, GUTTER + MARGIN + sum(widths) + LEAF_GAP * (len(row) - 1))
     for t in tiers[:-1]:
         row = by_tier[t]
         step = (width - GUTTER - MARGIN) / len(row)
         for i, s in enumerate(row):
-            pos[f"sw-{hexguid(s.guid)}"] = (GUTTER + step * (i + 0.5) - SWITCH_W / 2, y_of[t], SWITCH_W, SWITCH_H)
+            sw = switch_width(s.name)
+            pos[f"sw-{hexguid(s.guid)}"] = (GUTTER + step * (i + 0.5) - sw / 2, y_of[t], sw, SWITCH_H)
     for t in tiers:
         for s in by_tier[t]:
             key = f"sw-{hexguid(s.guid)}"

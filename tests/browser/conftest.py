@@ -149,3 +149,43 @@ def screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
     page.screenshot(path=str(path), full_page=full_page)
     return path
 
+
+
+@pytest.fixture(scope="session")
+def three_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The dashboard on its own (no router: usage and idle times are not known), over the
+    example site whose gpu-node-01 captured the three-tier fabric f_three_tier_row9."""
+    import json
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from llmgw.views import Runtime, SiteDataCache
+    from llmgw.web import DashboardSources, dashboard_router
+
+    root = example_site(tmp_path_factory.mktemp("three-tier"), state=False)
+    facts_path = root / "facts" / "gpu-node-01.json"
+    facts = json.loads(facts_path.read_text())
+    capture = REPO / "tests" / "fabric" / "captures" / "f_three_tier_row9.ibnetdiscover.txt"
+    facts["ibnetdiscover"] = capture.read_text()
+    facts_path.write_text(json.dumps(facts))
+    app = FastAPI()
+    app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(root),
+                                                         runtime=lambda: Runtime.unknown("no router here"))))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(300):
+            if server.started:
+                break
+            threading.Event().wait(0.05)
+        assert server.started, "uvicorn did not start"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
