@@ -171,11 +171,11 @@ def client_app(router: Router) -> ClientApp:
     app = FastAPI(title="llmgw", docs_url=None, redoc_url=None, openapi_url=None)
     _openai_errors(app)
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse, include_in_schema=False)
     async def landing(request: Request) -> HTMLResponse:
         return HTMLResponse(landing_page(request.scope))
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
@@ -282,7 +282,7 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     _openai_errors(app)
     _metrics_route(app, router)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
