@@ -239,13 +239,16 @@ def register(cli: click.Group) -> None:
 
     @cli.command("replicas")
     @click.option("--model", "model", metavar="MODEL", help="Only this model's replicas (name or alias).")
+    @click.option("--downloads", is_flag=True,
+                  help="Ask the nodes of starting replicas (through Ansible) how far their weights downloads got.")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
     @router_options
     @pass_app
-    def replicas(app: AppContext, model: str | None, as_json: bool, routers: tuple[str, ...],
+    def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool, routers: tuple[str, ...],
                  no_router: bool) -> None:
         """Every replica: shards (node:GPUs), state, age, idle time, endpoint; errors beneath."""
         from llmgw.views import load_site_data
+        from llmgw.views.downloads import fetch_downloads
         from llmgw.views.replicas import replicas_view
 
         data = load_site_data(app.site)
@@ -253,7 +256,8 @@ def register(cli: click.Group) -> None:
                 not any(r.model == model for r in data.state.replicas):
             raise UsageError(f"no model {model!r} in the catalog or the state",
                              hint="`llmgw models` lists them")
-        view = replicas_view(data, get_runtime(routers, no_router), datetime.now(UTC), model=model)
+        view = replicas_view(data, get_runtime(routers, no_router), datetime.now(UTC), model=model,
+                             downloads=fetch_downloads(data) if downloads else None)
         if as_json:
             output.print_json(view)
         else:
