@@ -1,0 +1,145 @@
+"""Engine command lines for every engine, single- and multi-node, by rendering the role's
+unit template as the role does (these machines have no GPUs to run vLLM or SGLang on).
+
+Each rendered unit is also checked by `systemd-analyze verify`, as the role's
+`validate:` does before installing one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+VENV_BIN = Path(sys.executable).parent
+
+LEADER, WORKER = "10.0.0.1", "10.0.0.2"
+
+
+def shard(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"unit": "llmgw-big-1-0", "replica": "big-1", "model": "big", "engine": "vllm",
+                            "model_path": "/var/cache/llmgw/abc-model", "port": 20000, "gpus": [0, 1, 2, 3]}
+    return {**base, **kw}
+
+
+def render(tmp: Path, shards: list[dict[str, Any]]) -> dict[str, str]:
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+           "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    extra = json.dumps({"shards": shards, "out_dir": str(tmp)})
+    done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(HERE / "render_units.yml"),
+                           "-e", extra], capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {p.stem: p.read_text() for p in tmp.glob("*.service")}
+
+
+def exec_start(unit: str) -> list[str]:
+    """ExecStart's words, with systemd's line continuations joined."""
+    text = unit.replace("\\\n", " ")
+    line = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))
+    return shlex.split(line.removeprefix("ExecStart="))
+
+
+def env_of(unit: str) -> dict[str, str]:
+    out = {}
+    for ln in unit.splitlines():
+        if ln.startswith("Environment="):
+            k, _, v = shlex.split(ln.removeprefix("Environment="))[0].partition("=")
+            out[k] = v
+    return out
+
+
+def after(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def verify(tmp: Path, name: str) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.fail("systemd-analyze is missing on this machine (Debian package systemd)")
+    done = subprocess.run(["systemd-analyze", "verify", str(tmp / f"{name}.service")], capture_output=True,
+                          text=True, check=False)
+    problems = [ln for ln in done.stderr.splitlines() if f"{name}.service" in ln and "Command" not in ln]
+    assert not problems, done.stderr
+
+
+def test_vllm_single_node(tmp_path: Path) -> None:
+    units = render(tmp_path, [shard()])
+    words, env = exec_start(units["llmgw-big-1-0"]), env_of(units["llmgw-big-1-0"])
+    assert words[:3] == ["/opt/llmgw/engines/vllm/bin/vllm", "serve", "/var/cache/llmgw/abc-model"]
+    assert after(words, "--tensor-parallel-size") == "4" and after(words, "--served-model-name") == "big"
+    assert after(words, "--port") == "20000"
+    assert "--nnodes" not in words and "--headless" not in words
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert "NCCL_IB_HCA" not in env
+    verify(tmp_path, "llmgw-big-1-0")
+
+
+def test_vllm_two_nodes_with_fabric(tmp_path: Path) -> None:
+    peers = [f"{LEADER}:20000", f"{WORKER}:20004"]
+    common = {"nodes": 2, "leader": LEADER, "peers": peers, "fabric": "fab-a", "ib_hcas": ["mlx5_0", "mlx5_1"],
+              "socket_ifname": "eth0"}
+    units = render(tmp_path, [shard(**common), shard(unit="llmgw-big-1-1", rank=1, port=20004, gpus=[4, 5, 6, 7],
+                                                     **common)])
+    lead, work = exec_start(units["llmgw-big-1-0"]), exec_start(units["llmgw-big-1-1"])
+    for words, rank in ((lead, "0"), (work, "1")):
+        assert after(words, "--tensor-parallel-size") == "4"
+        assert after(words, "--pipeline-parallel-size") == "2" and after(words, "--nnodes") == "2"
+        assert after(words, "--node-rank") == rank
+        assert after(words, "--master-addr") == LEADER and after(words, "--master-port") == "20001"
+    assert "--headless" not in lead and "--headless" in work
+    env = env_of(units["llmgw-big-1-1"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1" and env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert "# fabric: fab-a" in units["llmgw-big-1-0"]
+    verify(tmp_path, "llmgw-big-1-1")
+
+
+def test_sglang_single_and_two_nodes(tmp_path: Path) -> None:
+    peers = [f"{LEADER}:20010", f"{WORKER}:20010"]
+    units = render(tmp_path, [
+        shard(unit="llmgw-sg-1-0", replica="sg-1", engine="sglang", port=20020, gpus=[0, 1]),
+        shard(unit="llmgw-sg-2-0", replica="sg-2", engine="sglang", port=20010, nodes=2, leader=LEADER, peers=peers),
+        shard(unit="llmgw-sg-2-1", replica="sg-2", engine="sglang", port=20010, rank=1, nodes=2, leader=LEADER,
+              peers=peers)])
+    one = exec_start(units["llmgw-sg-1-0"])
+    assert one[:3] == ["/opt/llmgw/engines/sglang/bin/python", "-m", "sglang.launch_server"]
+    assert after(one, "--tp") == "2" and after(one, "--model-path") == "/var/cache/llmgw/abc-model"
+    assert "--nnodes" not in one
+    for name, rank in (("llmgw-sg-2-0", "0"), ("llmgw-sg-2-1", "1")):
+        words = exec_start(units[name])
+        assert after(words, "--tp") == "8"  # every GPU of the replica, across nodes
+        assert after(words, "--nnodes") == "2" and after(words, "--node-rank") == rank
+        assert after(words, "--dist-init-addr") == f"{LEADER}:20011"
+        verify(tmp_path, name)
+
+
+def test_llamacpp_single_node_and_rpc_workers(tmp_path: Path) -> None:
+    peers = [f"{LEADER}:20000", f"{WORKER}:20001", "10.0.0.3:20002"]
+    base = {"engine": "llamacpp", "gpus": [], "model": "tiny", "replica": "tiny-1", "args": ["--ctx-size", "2048"]}
+    units = render(tmp_path, [
+        shard(unit="llmgw-tiny-9-0", **{**base, "replica": "tiny-9"}, port=20009),
+        shard(unit="llmgw-tiny-1-0", **base, nodes=3, leader=LEADER, peers=peers),
+        shard(unit="llmgw-tiny-1-1", **base, rank=1, nodes=3, port=20001, leader=LEADER, peers=peers)])
+    single = exec_start(units["llmgw-tiny-9-0"])
+    assert single[0] == "/opt/llmgw/engines/llamacpp/0123456789abcdef/llama-server"
+    assert after(single, "--alias") == "tiny" and "--rpc" not in single and "--metrics" in single
+    assert single[-2:] == ["--ctx-size", "2048"]
+    lead = exec_start(units["llmgw-tiny-1-0"])
+    assert after(lead, "--rpc") == f"{WORKER}:20001,10.0.0.3:20002"
+    worker = exec_start(units["llmgw-tiny-1-1"])
+    assert worker == ["/opt/llmgw/engines/llamacpp/0123456789abcdef/rpc-server", "--host", "0.0.0.0",
+                      "--port", "20001"]
+    unit = units["llmgw-tiny-1-1"]
+    for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "LimitMEMLOCK=infinity",
+                 "Restart=on-failure", "User=llmgw", "SyslogIdentifier=llmgw-tiny-1-1"):
+        assert line in unit.splitlines()
+    assert "CUDA_VISIBLE_DEVICES" not in env_of(unit)
+    verify(tmp_path, "llmgw-tiny-1-0")
