@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_contains_ansible_content_and_web_assets(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps",
                     "-q", "-w", str(tmp_path)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("llmgw-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
