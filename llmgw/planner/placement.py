@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 from llmgw.catalog import Model, Profile
 from llmgw.planner.fleet import (
@@ -43,16 +42,20 @@ class Need:
     profile: Profile
     cache_name: str
     size: int | None
+    # Derived once: the filters read these for every node they look at.
+    source: str = field(init=False)
+    gpus: int = field(init=False)
+    gpu_class: str | None = field(init=False)
+    memory_mb: float = field(init=False)
+    key: StaticKey = field(init=False)
 
-    @property
-    def source(self) -> str:
-        return self.model.source
-
-    @cached_property
-    def key(self) -> StaticKey:
+    def __post_init__(self) -> None:
         p = self.profile
-        return StaticKey(p.gpu_class, tuple(sorted(p.node_selector.items())), p.gpus, p.min_memory_gb,
-                         p.nodes > 1)
+        for name, value in (("source", self.model.source), ("gpus", p.gpus), ("gpu_class", p.gpu_class),
+                            ("memory_mb", p.min_memory_gb * MB_PER_GB),
+                            ("key", StaticKey(p.gpu_class, tuple(sorted(p.node_selector.items())), p.gpus,
+                                              p.min_memory_gb, p.nodes > 1))):
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -122,11 +125,9 @@ def static_reason(node: NodeView, key: StaticKey, nodes_wanted: int) -> str | No
 
 def dynamic_fault(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bool = False) -> str | None:
     """Which filter `node` fails now ("gpus", "memory", "disk", "port"), or None: cheap, no sentence."""
-    p = need.profile
-    if p.gpus > 0 and not gpus_checked and node.free_count(p.gpu_class) < p.gpus:
+    if need.gpus > 0 and not gpus_checked and node.free_count(need.gpu_class) < need.gpus:
         return "gpus"
-    if p.min_memory_gb > 0 and node.mem_mb is not None \
-            and node.mem_mb - node.mem_reserved_mb < p.min_memory_gb * MB_PER_GB:
+    if need.memory_mb > 0 and node.mem_mb is not None and node.mem_mb - node.mem_reserved_mb < need.memory_mb:
         return "memory"
     if need.size is not None and node.disk_key is not None and not fleet.holds(node, need.source, need.cache_name) \
             and not fleet.pending_on(node, need.source):
