@@ -45,8 +45,10 @@ class Hosts:
     """Runs apply's playbooks against a site's inventory."""
 
     def __init__(self, inventory_path: Path, inventory: Inventory, *, artifacts: Path | None,
-                 forks: int = 20, extra: Mapping[str, Any] | None = None) -> None:
+                 forks: int = 20, extra: Mapping[str, Any] | None = None,
+                 engines_playbook: str = "apply.yml") -> None:
         self.inventory_path = inventory_path
+        self.engines_playbook = engines_playbook
         self.inventory = inventory
         self.artifacts = artifacts
         self.forks = forks
@@ -95,7 +97,7 @@ class Hosts:
             return
         artifacts = str(self.artifacts) if self.artifacts is not None else ""
         fetchers = _pattern(list(weights)) or "all:!all"  # a play needs a pattern; this one matches none
-        self._run("apply.yml", step, list(shards),
+        self._run(self.engines_playbook, step, list(shards),
                   {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,
                    "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts}, progress)
 

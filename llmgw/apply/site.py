@@ -10,13 +10,15 @@ from llmgw.planner.plan import Plan
 from llmgw.site import Site
 
 
-def hosts_for(site: Site, forks: int = 20) -> Hosts:
+def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") -> Hosts:
     artifacts = site.path(site.config.engine_artifacts) if site.config.engine_artifacts else None
-    return Hosts(site.inventory, load_inventory(site.inventory), artifacts=artifacts, forks=forks)
+    return Hosts(site.inventory, load_inventory(site.inventory), artifacts=artifacts, forks=forks,
+                 engines_playbook=engines_playbook)
 
 
 def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20,
-                progress: Progress | None = None, say: Say | None = None) -> Applier:
-    hosts = hosts_for(site, forks)
+                progress: Progress | None = None, say: Say | None = None,
+                engines_playbook: str = "apply.yml") -> Applier:
+    hosts = hosts_for(site, forks, engines_playbook)
     return Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
                    wheelhouse=wheelhouse, grace=grace, progress=progress, say=say)

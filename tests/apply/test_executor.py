@@ -1,0 +1,152 @@
+"""The Applier's order and its record, on the example site's recorded fleet.
+
+The hosts are replaced by a recorder (the real playbooks run in tests/e2e on the lab):
+every call notes the state on disk at that moment, so these tests pin what a kill at
+any point would leave behind, and that the next plan finishes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmgw.apply import Applier, check_fresh
+from llmgw.apply.hosts import Hosts, Progress, RouterView
+from llmgw.errors import PlanError
+from llmgw.inventory import load_inventory
+from llmgw.planner.load import load_inputs
+from llmgw.planner.plan import Plan, make_plan
+from llmgw.site import Site
+from llmgw.state import State, read_state, write_state
+from tests.helpers import run_cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Killed(Exception):
+    """Stands for a kill -9: the Applier stops where it is."""
+
+
+class Recorder(Hosts):
+    def __init__(self, site: Site, kill_at: str | None = None) -> None:
+        super().__init__(site.inventory, load_inventory(site.inventory), artifacts=None)
+        self.site = site
+        self.calls: list[tuple[str, dict[str, list[str]], list[tuple[str, str]]]] = []
+        self.kill_at = kill_at
+
+    @property
+    def routers(self) -> list[str]:
+        return ["router-1"]
+
+    def _note(self, what: str, detail: dict[str, list[str]]) -> None:
+        state = read_state(self.site.state_file)
+        self.calls.append((what, detail, [(r.id, r.state) for r in state.replicas]))
+        if what == self.kill_at:
+            raise Killed(what)
+
+    def engines(self, weights: Mapping[str, list[dict[str, str]]], shards: Mapping[str, list[dict[str, Any]]],
+                step: str, progress: Progress | None) -> None:
+        self._note(step, {h: [f"{e['unit']}:{e['state']}" for e in es] for h, es in shards.items()})
+
+    def deliver(self, state_file: Path, wheelhouse: Path, *, serial: int, present: Sequence[str] = (),
+                idle: Sequence[str] = (), timeout: float = 60.0, state_only: bool = False,
+                progress: Progress | None = None) -> list[RouterView]:
+        self._note("deliver", {"present": list(present), "idle": list(idle)})
+        state = read_state(state_file)
+        return [RouterView("router-1", True, serial, {r.id: 0 for r in state.replicas})]
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Site:
+    shutil.copytree(REPO / "inventories" / "example", tmp_path / "site",
+                    ignore=shutil.ignore_patterns("state.json*"))
+    return Site.load(tmp_path / "site")
+
+
+def plan_of(site: Site) -> Plan:
+    return make_plan(load_inputs(site))
+
+
+def applier(site: Site, hosts: Recorder, plan: Plan | None = None) -> Applier:
+    return Applier(plan=plan or plan_of(site), state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
+                   wheelhouse=lambda: Path("/nonexistent/wheelhouse.tar"), grace=1.0)
+
+
+def test_new_replicas_are_recorded_starting_before_any_host_is_touched(site: Site) -> None:
+    plan = plan_of(site)
+    created = sorted(a.replica or "" for a in plan.actions if a.action == "create")
+    assert created
+    hosts = Recorder(site)
+    outcome = applier(site, hosts, plan).run()
+    first, *rest = hosts.calls
+    assert first[0] == "start" and sorted(i for i, s in first[2]) == created
+    assert {s for _i, s in first[2]} == {"starting"}
+    assert rest[0][0] == "deliver" and {s for _i, s in rest[0][2]} == {"ready"}
+    assert sorted(outcome.created) == created
+    state = read_state(site.state_file)
+    assert sorted(r.id for r in state.replicas) == created and all(r.created_at for r in state.replicas)
+    assert state.models == plan.desired.models
+    # Nothing left to do, and the next apply has nothing to run.
+    assert not plan_of(site).has_changes
+
+
+def test_a_kill_during_the_shard_step_is_finished_by_the_next_plan(site: Site) -> None:
+    with pytest.raises(Killed):
+        applier(site, Recorder(site, kill_at="start")).run()
+    killed = read_state(site.state_file)
+    assert killed.replicas and {r.state for r in killed.replicas} == {"starting"}
+    plan = plan_of(site)
+    destroys = {a.replica for a in plan.actions if a.action == "destroy"}
+    assert destroys == {r.id for r in killed.replicas}
+    assert all("being started" in a.reason for a in plan.actions if a.action == "destroy")
+    hosts = Recorder(site)
+    applier(site, hosts, plan).run()
+    stops = [c for c in hosts.calls if c[0] == "stop"]
+    stopped = {u.split(":")[0] for c in stops for us in c[1].values() for u in us}
+    assert stopped == {s.unit.removesuffix(".service") for r in killed.replicas for s in r.shards}
+    final = read_state(site.state_file)
+    assert {r.state for r in final.replicas} == {"ready"}
+    assert not {r.id for r in final.replicas} & {r.id for r in killed.replicas}
+    assert not plan_of(site).has_changes
+
+
+def test_replaced_replicas_drain_only_after_their_replacement_serves(site: Site) -> None:
+    applier(site, Recorder(site)).run()
+    state = read_state(site.state_file)
+    victim = state.replicas[0]
+    node = victim.shards[0].node
+    drained_cli = run_cli("-C", str(site.root), "drain", node)
+    assert drained_cli.exit_code == 0, drained_cli.stderr
+    plan = plan_of(Site.load(site.root))
+    replaced = {a.replaces: a.replica for a in plan.actions if a.action == "replace"}
+    assert victim.id in replaced
+    hosts = Recorder(site)
+    applier(site, hosts, plan).run()
+    names = [c[0] for c in hosts.calls]
+    new = replaced[victim.id]
+    started = next(i for i, c in enumerate(hosts.calls) if c[0] == "start" and any(
+        u.startswith(f"llmgw-{new}-") for us in c[1].values() for u in us))
+    drained = next(i for i, c in enumerate(hosts.calls) if c[0] == "deliver" and victim.id in c[1]["idle"])
+    stopped = next(i for i, c in enumerate(hosts.calls) if c[0] == "stop" and any(
+        u.startswith(f"llmgw-{victim.id}-") for us in c[1].values() for u in us))
+    assert started < drained < stopped, names
+    assert dict(hosts.calls[drained][2])[victim.id] == "draining"
+    assert dict(hosts.calls[drained][2])[new] == "ready"
+    assert dict(hosts.calls[stopped][2])[victim.id] == "draining"  # recorded until its units are gone
+    assert read_state(site.state_file).replica(victim.id) is None
+
+
+def test_a_stale_or_foreign_plan_is_refused(site: Site) -> None:
+    plan = plan_of(site)
+    moved = write_state(site.state_file, State())
+    with pytest.raises(PlanError, match="stale"):
+        check_fresh(plan, moved)
+    with pytest.raises(PlanError, match="stale"):
+        applier(site, Recorder(site), plan).run()
+    other = plan.model_copy(update={"state_serial": moved.serial, "state_lineage": "another-lineage"})
+    with pytest.raises(PlanError, match="another state"):
+        check_fresh(other, moved)
