@@ -89,14 +89,14 @@ def test_hover_click_and_find(page: Page, dashboard: Dashboard) -> None:
     svg = page.locator("svg#fabric")
     spine = svg.locator("g.switch[data-tier='spine']").first
     spine.hover()
-    expect(svg).to_have_class("fabric focus")
+    expect(svg).to_have_class("fabric fit focus")
     touching = svg.locator(f"line.cable[data-b='{spine.get_attribute('data-key')}']")
     expect(touching.first).to_have_class("el cable hit")
     host_cable = svg.locator("line.cable[data-kind='host']").first
     expect(host_cable).to_have_css("opacity", "0.1")
     screenshot(page, "fabric-hover-spine", full_page=False)
     page.mouse.move(2, 2)
-    expect(svg).to_have_class("fabric")
+    expect(svg).to_have_class("fabric fit")
 
     svg.locator("g.adapter[data-key='ca-gpu-node-03-mlx5_1-1']").click()
     details = page.locator("#details")
