@@ -6,7 +6,7 @@ CLI loads it from a site (`llmgw.planner.load`); tests and the benchmark build i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -83,7 +83,9 @@ class PlanInputs:
     """The catalog, the fleet as facts and inventory describe it, and the last applied state.
 
     `weight_sizes` maps a model source to its size in bytes; an absent or None size
-    is not known, and the disk filter then passes (unknown is not zero).
+    is not known, and the disk filter then passes (unknown is not zero). `unservable`
+    maps a source to the reasons the fleet's llama-server cannot load it; its llama.cpp
+    profiles are then never tried.
     """
 
     catalog: Catalog
@@ -93,3 +95,4 @@ class PlanInputs:
     fabrics: FabricIndex = NO_FABRICS
     ports: PortRange = field(default_factory=PortRange)
     weight_sizes: Mapping[str, int | None] = field(default_factory=dict)
+    unservable: Mapping[str, Sequence[str]] = field(default_factory=dict)

@@ -16,6 +16,7 @@ from llmgw.inventory import load_inventory
 from llmgw.planner.inputs import FabricIndex, PlanInputs
 from llmgw.site import Site
 from llmgw.state import read_state
+from llmgw.weights.check import unservable_sources
 from llmgw.weights.sources import read_sources
 
 
@@ -37,4 +38,4 @@ def load_inputs(site: Site) -> PlanInputs:
     return PlanInputs(
         catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
         state=read_state(site.state_file), fabrics=fabric_index(facts.values()), ports=site.config.ports,
-        weight_sizes=weight_sizes(site.facts_dir))
+        weight_sizes=weight_sizes(site.facts_dir), unservable=unservable_sources(site))

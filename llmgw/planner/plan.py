@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
@@ -371,6 +371,8 @@ class _Planner:
         """One replica of `model`, trying its profiles in catalog order."""
         attempt = Attempt(rid_for) if self.trace and self.trace.model == model.name else None
         for profile in model.profiles:
+            if self._unservable(model, profile):
+                continue
             need = self._need(model, profile)
             choice = choose(self.fleet, need)
             if attempt is not None:
@@ -382,12 +384,21 @@ class _Planner:
                 return self._allocate(self._new_id(model.name), model, profile, choice), []
         if attempt is not None and self.trace is not None:
             self.trace.attempts.append(attempt)
-        found = []
+        found: list[Rejection] = []
         for profile in model.profiles:
+            unservable = self._unservable(model, profile)
+            found.extend(Rejection(profile=profile.name, node=None, fabric=None, reason=f"not servable: {reason}")
+                         for reason in unservable)
+            if unservable:
+                continue
             for v in rejections(self.fleet, self._need(model, profile)):
                 assert v.reason is not None
                 found.append(Rejection(profile=profile.name, node=v.node, fabric=v.fabric, reason=v.reason))
         return None, found
+
+    def _unservable(self, model: Model, profile: Profile) -> Sequence[str]:
+        """Why llama-server cannot load this model's GGUF (llama.cpp profiles only)."""
+        return self.inputs.unservable.get(model.source, ()) if profile.engine == "llamacpp" else ()
 
     def _kept(self, r: Replica) -> PlannedReplica:
         shards = [PlannedShard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit,

@@ -62,10 +62,29 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
             out.notes.append(f"{model.name}: source not inspected yet; run `llmgw catalog validate`")
         elif info.error:
             out.notes.append(f"{model.name}: could not inspect {model.source}: {info.error}")
-        elif info.format == "gguf" and caps is not None:
-            header_reasons = servable_problems(info.gguf_version or 0, info.architecture,
-                                               info.tensor_types or {}, caps)
+        elif caps is not None:
             out.problems.extend(Problem(where.file, where.line, f"models[{where.index}].source", reason)
-                                for reason in header_reasons)
+                                for reason in source_problems(info, caps))
+    return out
+
+
+def source_problems(info: SourceInfo, caps: EngineCaps) -> list[str]:
+    """Why llama-server cannot load this recorded source; empty when it can or it is not GGUF."""
+    if info.format != "gguf":
+        return []
+    return servable_problems(info.gguf_version or 0, info.architecture, info.tensor_types or {}, caps)
+
+
+def unservable_sources(site: Site) -> dict[str, list[str]]:
+    """Source -> reasons llama-server cannot load it, from the facts cache only (offline, for plan)."""
+    caps_path = engine_dir(site) / CAPS_FILE
+    if not caps_path.is_file():
+        return {}
+    caps = EngineCaps.load(caps_path)
+    out = {}
+    for source, info in read_sources(site.facts_dir).items():
+        reasons = source_problems(info, caps)
+        if reasons:
+            out[source] = reasons
     return out
 

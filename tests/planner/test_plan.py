@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from llmgw.planner import make_plan
@@ -219,3 +220,15 @@ def test_same_inputs_same_bytes() -> None:
 
 def test_catalog_helper_orders_by_name() -> None:
     assert [m.name for m in catalog(model("b", cpu_profile()), model("a", cpu_profile()))] == ["a", "b"]
+
+
+def test_unservable_gguf_skips_llamacpp_profiles_with_the_reason() -> None:
+    m = model("m", cpu_profile(), gpu_profile(gpus=1), source="hf://org/m/m.gguf")
+    plan = make_plan(replace(inputs([m], HOSTS, FACTS), unservable={"hf://org/m/m.gguf": ["arch x"]}))
+    # the llama.cpp profile is never tried; the vLLM profile still places it
+    assert [r.profile for r in plan.desired.replicas] == ["gpu"]
+    only_cpu = model("m", cpu_profile(), source="hf://org/m/m.gguf")
+    plan = make_plan(replace(inputs([only_cpu], HOSTS, FACTS), unservable={"hf://org/m/m.gguf": ["bad arch"]}))
+    assert plan.desired.replicas == []
+    (entry,) = plan.unplaced
+    assert [(r.profile, r.node, r.reason) for r in entry.rejections] == [("cpu", None, "not servable: bad arch")]
