@@ -66,7 +66,7 @@ class Applier:
 
     def __init__(self, *, plan: Plan, state_file: Path, inventory: Inventory, hosts: Hosts,
                  wheelhouse: Callable[[], Path], grace: float = 120.0, progress: Progress | None = None,
-                 say: Say | None = None) -> None:
+                 say: Say | None = None, fabric_hcas: Callable[[str, str], list[str]] | None = None) -> None:
         self.plan = plan
         self.state_file = state_file
         self.inventory = inventory
@@ -75,6 +75,7 @@ class Applier:
         self.grace = grace
         self.progress = progress
         self.say = say or (lambda _line: None)
+        self.fabric_hcas = fabric_hcas  # (node, fabric) -> the node's adapters on it, for NCCL_IB_HCA
         self.state = read_state(state_file)
         self.outcome = Outcome(serial=self.state.serial)
         self._wheelhouse: Path | None = None
@@ -143,7 +144,12 @@ class Applier:
                 "gpus": list(s.gpus), "args": list(r.args or []), "env": dict(r.env or {}), "rank": s.rank,
                 "nodes": len(r.shards), "leader": leader.address,
                 "peers": [f"{x.address}:{x.port}" for x in sorted(r.shards, key=lambda x: x.rank)],
-                "fabric": r.fabric or ""}
+                "fabric": r.fabric or "", "ib_hcas": self._hcas(s.node, r.fabric) if len(r.shards) > 1 else []}
+
+    def _hcas(self, node: str, fabric: str | None) -> list[str]:
+        if fabric is None or self.fabric_hcas is None:
+            return []
+        return self.fabric_hcas(node, fabric)
 
     def _bring_up(self, replicas: Sequence[PlannedReplica]) -> None:
         if not replicas:

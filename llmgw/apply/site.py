@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llmgw.apply.executor import Applier, Say
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.apply.wheelhouse import wheelhouse
+from llmgw.errors import LlmgwError
+from llmgw.facts.cache import read_facts
 from llmgw.inventory import load_inventory
+from llmgw.planner.inputs import FabricIndex
+from llmgw.planner.load import fabric_index
 from llmgw.planner.plan import Plan
 from llmgw.site import Site
 
@@ -16,9 +22,25 @@ def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") 
                  engines_playbook=engines_playbook)
 
 
+def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:
+    """(node, fabric) -> the node's InfiniBand adapters on that fabric, as NCCL_IB_HCA names
+    (`mlx5_0`, or `mlx5_0:2` for a second port); read from the facts cache on first use."""
+    index: list[FabricIndex] = []
+
+    def lookup(node: str, fabric: str) -> list[str]:
+        try:
+            if not index:
+                index.append(fabric_index(read_facts(site.facts_dir).values()))
+            return [rail.replace("/", ":") for rail in index[0].leaves_of(node, fabric)]
+        except LlmgwError:
+            return []  # NCCL then picks adapters itself
+
+    return lookup
+
+
 def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20,
                 progress: Progress | None = None, say: Say | None = None,
                 engines_playbook: str = "apply.yml") -> Applier:
     hosts = hosts_for(site, forks, engines_playbook)
     return Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
-                   wheelhouse=wheelhouse, grace=grace, progress=progress, say=say)
+                   wheelhouse=wheelhouse, grace=grace, progress=progress, say=say, fabric_hcas=fabric_hcas(site))

@@ -150,3 +150,29 @@ def test_a_stale_or_foreign_plan_is_refused(site: Site) -> None:
     other = plan.model_copy(update={"state_serial": moved.serial, "state_lineage": "another-lineage"})
     with pytest.raises(PlanError, match="another state"):
         check_fresh(other, moved)
+
+
+def test_multi_node_shards_get_their_fabric_adapters(site: Site) -> None:
+    from llmgw.apply.site import fabric_hcas
+
+    plan = plan_of(site)
+    multi = [r for r in plan.desired.replicas if len(r.shards) > 1]
+    assert multi, "the example catalog places a multi-node replica"
+    entries: dict[str, list[dict[str, Any]]] = {}
+
+    class Capture(Recorder):
+        def engines(self, weights: Mapping[str, list[dict[str, str]]],
+                    shards: Mapping[str, list[dict[str, Any]]], step: str, progress: Progress | None) -> None:
+            for host, es in shards.items():
+                entries.setdefault(host, []).extend(es)
+
+    hosts = Capture(site)
+    Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
+            wheelhouse=lambda: Path("/nonexistent"), fabric_hcas=fabric_hcas(site)).run()
+    r = multi[0]
+    for s in r.shards:
+        e = next(e for e in entries[s.node] if e["replica"] == r.id)
+        assert e["rank"] == s.rank and e["nodes"] == len(r.shards) and e["leader"] == r.shards[0].address
+        assert e["peers"] == [f"{x.address}:{x.port}" for x in r.shards]
+        assert e["fabric"] == r.fabric and e["ib_hcas"] and all(h.startswith("mlx5_") for h in e["ib_hcas"])
+        assert e["gpus"] == s.gpus

@@ -181,6 +181,22 @@ def test_kill_9_during_the_shard_step_then_plan_and_apply_converge(the_lab: Lab)
     final = the_lab.cli("plan", "--detailed-exitcode")
     assert final.exit_code == 0, final.stdout
 
+    # Drift: a shard unit no state records (started by hand, or by a lost state) is found by
+    # facts, shown by plan and removed by apply.
+    shard = state.replicas[0].shards[0]
+    stray = "llmgw-tiny-77-0"
+    made = the_lab.ansible(shard.node, "-m", "ansible.builtin.shell", "-a",
+                           f"cd /etc/systemd/system && sed 's/\"{shard.port}\"/\"20077\"/' {shard.unit} "
+                           f"> {stray}.service && systemctl daemon-reload && systemctl start {stray}")
+    assert made.returncode == 0, made.stdout
+    assert f"{stray}.service" in the_lab.active_units()[shard.node]
+    the_lab.ok("facts")
+    drift = the_lab.cli("plan", "--detailed-exitcode")
+    assert drift.exit_code == 2 and stray in drift.stdout, drift.stdout
+    the_lab.ok("apply", "--auto-approve")
+    assert {n: us for n, us in the_lab.active_units().items() if us} == the_lab.recorded_units()
+    assert {n: us for n, us in the_lab.shard_units().items() if us} == the_lab.recorded_units()
+
 
 def test_on_demand_activator_starts_and_stops_replicas(the_lab: Lab) -> None:
     """The router's real Activator, driven as the router drives it, against the lab's hosts."""
