@@ -46,9 +46,11 @@ class Hosts:
 
     def __init__(self, inventory_path: Path, inventory: Inventory, *, artifacts: Path | None,
                  forks: int = 20, extra: Mapping[str, Any] | None = None,
-                 engines_playbook: str = "apply.yml") -> None:
+                 engines_playbook: str = "apply.yml", dashboard: Mapping[str, str] | None = None) -> None:
         self.inventory_path = inventory_path
         self.engines_playbook = engines_playbook
+        # llmgw_router_site_* (catalog, facts, inventory on this host) for the routers' dashboard
+        self.dashboard = dict(dashboard or {})
         self.inventory = inventory
         self.artifacts = artifacts
         self.forks = forks
@@ -113,7 +115,8 @@ class Hosts:
         result = self._run("router.yml", "routers", None,
                            {"llmgw_router_state_src": str(state_file.resolve()),
                             "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
-                            "llmgw_wait_serial": serial, "llmgw_wait_present": list(present),
+                            **({} if state_only else self.dashboard), "llmgw_wait_serial": serial,
+                            "llmgw_wait_present": list(present),
                             "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
                            progress, capture=[WAIT_TASK])
         views = []

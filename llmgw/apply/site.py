@@ -18,8 +18,11 @@ from llmgw.site import Site
 
 def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") -> Hosts:
     artifacts = site.path(site.config.engine_artifacts) if site.config.engine_artifacts else None
+    dashboard = {"llmgw_router_site_catalog": str(site.catalog_dir),
+                 "llmgw_router_site_facts": str(site.facts_dir) if site.facts_dir.is_dir() else "",
+                 "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else ""}
     return Hosts(site.inventory, load_inventory(site.inventory), artifacts=artifacts, forks=forks,
-                 engines_playbook=engines_playbook)
+                 engines_playbook=engines_playbook, dashboard=dashboard)
 
 
 def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:

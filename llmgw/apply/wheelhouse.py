@@ -9,6 +9,8 @@ archive is named by both, so an unchanged checkout reuses everything.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 
 from llmgw.errors import RunnerError
@@ -56,8 +59,12 @@ def _requirements(project: Path) -> list[str]:
     return sorted(str(d) for d in deps)
 
 
+@functools.cache
 def wheelhouse(project: Path = PROJECT) -> Path:
-    """The archive for the `llmgw_router` role, built when missing; returns its path."""
+    """The archive for the `llmgw_router` role, built when missing; returns its path.
+
+    Cached for the process: one llmgw process delivers one build to its routers, even
+    while the checkout changes underneath it."""
     if not (project / "pyproject.toml").is_file():
         raise RunnerError("llmgw is not running from a checkout, so it cannot build the router's wheelhouse",
                           hint="set llmgw_router_wheelhouse in the inventory to an archive built from a checkout")
@@ -90,7 +97,10 @@ def wheelhouse(project: Path = PROJECT) -> Path:
             marker.write_text(src_key + "\n", encoding="utf-8")
             tar.add(marker, arcname=".complete")
         part.rename(archive)
+    # Older archives may still be in use by another apply (a test, a second checkout):
+    # only those untouched for a day go.
     for old in root.glob("llmgw-router-*.tar"):
-        if old != archive:
-            old.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            if old != archive and time.time() - old.stat().st_mtime > 86400:
+                old.unlink()
     return archive
