@@ -131,6 +131,7 @@ def console_problems() -> list[str]:
 @pytest.fixture
 def page(browser: Browser, console_problems: list[str]) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
+    context.set_default_navigation_timeout(60_000)  # a first page loads the site (ansible-inventory, plan)
     pg = context.new_page()
     problems = console_problems
     pg.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))

@@ -116,11 +116,11 @@ def test_hover_click_and_find(page: Page, dashboard: Dashboard) -> None:
 
 
 def test_topology_json(dashboard: Dashboard) -> None:
-    r = httpx.get(f"{dashboard.url}/api/v1/fabrics/{FABRIC}/topology")
+    r = httpx.get(f"{dashboard.url}/api/v1/fabrics/{FABRIC}/topology", timeout=60)
     assert r.status_code == 200
     body = r.json()
     assert body["id"] == FABRIC
     assert body["summary"]["degraded_links"] == 1 and body["rails"]["misaligned_hosts"] == ["gpu-node-05"]
     assert len(body["links"]) == 64
-    missing = httpx.get(f"{dashboard.url}/api/v1/fabrics/ib-ffff/topology")
+    missing = httpx.get(f"{dashboard.url}/api/v1/fabrics/ib-ffff/topology", timeout=60)
     assert missing.status_code == 404

@@ -12,9 +12,9 @@ pytestmark = pytest.mark.browser
 
 
 def test_three_tiers_in_three_rows(page: Page, three_tier: str) -> None:
-    fabrics = httpx.get(f"{three_tier}/api/v1/fabrics").json()["fabrics"]
+    fabrics = httpx.get(f"{three_tier}/api/v1/fabrics", timeout=60).json()["fabrics"]
     fid = next(f["id"] for f in fabrics if "core" in f["switches"])
-    topo = httpx.get(f"{three_tier}/api/v1/fabrics/{fid}/topology").json()
+    topo = httpx.get(f"{three_tier}/api/v1/fabrics/{fid}/topology", timeout=60).json()
     page.goto(f"{three_tier}/fabrics/{fid}")
     svg = page.locator("svg#fabric")
     expect(svg.locator("g.switch")).to_have_count(len(topo["switches"]))
