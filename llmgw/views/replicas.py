@@ -122,6 +122,6 @@ def replicas_view(data: SiteData, runtime: Runtime, now: datetime, *, model: str
     records = [replica_record(data, r, runtime, now, downloads or {}) for r in replicas
                if wanted is None or r.model == wanted]
     notes = list(runtime.problems)
-    if not runtime.known:
+    if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle times and in-flight counts are not known: no router answered")
     return {"serial": data.state.serial, "model": wanted, "replicas": records, "notes": notes}

@@ -91,7 +91,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
                 idle.append({"id": r["id"], "model": r["model"], "used": r["used"], "idle_seconds": r["idle_seconds"],
                              "age_seconds": r["age_seconds"]})
     notes = list(data.notes) + list(runtime.problems)
-    if not runtime.known:
+    if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle replicas are not known: no router answered")
     return {
         "serial": data.state.serial,
