@@ -73,6 +73,9 @@ class Replica(_Model):
     # A fingerprint of the profile and source the replica was made from; a change
     # means the definition changed and the replica is replaced.
     spec_hash: str = ""
+    # The weights cache entry the replica serves from, so weights GC never takes the
+    # weights of a replica whose model has already left the catalog.
+    cache_name: str | None = None
 
 
 class State(_Model):

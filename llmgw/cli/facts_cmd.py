@@ -25,18 +25,9 @@ from llmgw.facts.model import HostFacts
 from llmgw.inventory import Host, load_inventory
 from llmgw.site import Site
 from llmgw.state import State, read_state
+from llmgw.views.text import human_bytes
 
 UNKNOWN = "-"
-
-
-def human_bytes(n: int) -> str:
-    """Binary units, three significant digits: 931 GiB, 3.5 TiB."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
-            return f"{value:.1f} {unit}" if value < 10 and unit != "B" else f"{value:.0f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover - the loop always returns
 
 
 def iso(ts: datetime) -> str:

@@ -1,0 +1,48 @@
+"""Orphaned weights: llmgw cache entries on a host that nothing wants any more.
+
+Computed exactly, not guessed: a cache entry's name is a hash of its source, so the
+wanted set follows from the catalog's sources (and, for replicas still recorded in the
+state, their models' sources). Entries without llmgw's cache name are an operator's
+and are never listed. Hosts re-check every name before removing it (the `weights`
+module), so a stale facts cache can make llmgw ask too much, never remove too much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from llmgw.catalog import Catalog
+from llmgw.facts.model import HostFacts
+from llmgw.state import State
+from llmgw.weights.names import cache_name
+
+
+@dataclass(frozen=True)
+class Orphan:
+    host: str
+    name: str
+    path: str
+    size_bytes: int
+
+
+def wanted_names(catalog: Catalog, state: State) -> set[str]:
+    """Cache names of every source the catalog or a recorded replica still needs."""
+    sources = {m.source for m in catalog}
+    # A replica of a model removed from the catalog keeps its weights until apply destroys it.
+    by_model = {m.name: m.source for m in catalog}
+    sources |= {by_model[r.model] for r in state.replicas if r.model in by_model}
+    names = {cache_name(s) for s in sources}
+    names |= {r.cache_name for r in state.replicas if r.cache_name}
+    return names
+
+
+def find_orphans(facts: Mapping[str, HostFacts], wanted: set[str]) -> dict[str, list[Orphan]]:
+    """Host -> its orphaned cache entries, from the facts cache (hosts with none are left out)."""
+    out: dict[str, list[Orphan]] = {}
+    for host in sorted(facts):
+        entries = [Orphan(host, w.cache_name, w.path, w.size_bytes) for w in facts[host].weights or []
+                   if w.cache and w.cache_name and w.cache_name not in wanted]
+        if entries:
+            out[host] = sorted(entries, key=lambda o: o.name)
+    return out
