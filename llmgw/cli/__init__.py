@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "llmgw.cli.apply_cmd",
     "llmgw.cli.edit_cmd",
     "llmgw.cli.views_cmd",
+    "llmgw.cli.weights_cmd",
 ]
 
 
