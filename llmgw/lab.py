@@ -10,7 +10,7 @@ A lab belongs to a site folder (`inventories/lab` by default):
     <site>/.lab/id_ed25519[.pub]   the lab's SSH key (made on first `up`, kept by `down`)
     <site>/.lab/known_hosts        the hosts' SSH keys, collected through podman at boot
     <site>/.lab/name               the lab's name, so `down` and `status` find it again
-    <site>/.lab/engine/llama-server  a link to $LLMGW_CACHE/engine/llama-server
+    <site>/.lab/engine/llama-server  a link to $LLMGW_CACHE/engine/llama-server (and its caps)
     <site>/<inventory>             the inventory, rewritten by every `up`
 
 Podman objects are named and labelled after the lab: network `<name>`, containers
@@ -43,6 +43,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from llmgw.errors import LabError
 from llmgw.site import Site
+from llmgw.weights.servable import CAPS_FILE
 from llmgw.yamlio import atomic_write, dumps_yaml, load_yaml
 
 DEFAULT_NAME = "llmgw-lab"
@@ -436,16 +437,17 @@ class Lab:
                 for h, v in hosts.items() if isinstance(v, dict)}
 
     def _link_engine(self) -> None:
-        """Point the site's engine artifact folder at the cached llama-server build."""
-        target = cache_root() / "engine" / "llama-server"
-        link = self.dir / "engine" / "llama-server"
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if link.is_symlink() and os.readlink(link) == str(target):
-            return
-        tmp = link.with_name(".llama-server.tmp")
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(target)
-        os.replace(tmp, link)
+        """Point the site's engine artifact folder at the cached llama-server build and its caps."""
+        for name in ("llama-server", CAPS_FILE):
+            target = cache_root() / "engine" / name
+            link = self.dir / "engine" / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() and os.readlink(link) == str(target):
+                continue
+            tmp = link.with_name(f".{name}.tmp")
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(target)
+            os.replace(tmp, link)
 
     # -- down ------------------------------------------------------------------------
     def down(self) -> DownResult:
