@@ -30,6 +30,33 @@ def shard(**kw: Any) -> dict[str, Any]:
     return {**base, **kw}
 
 
+PEERS2 = [f"{LEADER}:20000", f"{WORKER}:20004"]
+FABRIC = {"nodes": 2, "leader": LEADER, "peers": PEERS2, "fabric": "fab-a", "ib_hcas": ["mlx5_0", "mlx5_1"],
+          "socket_ifname": "eth0"}
+SG_PEERS = [f"{LEADER}:20010", f"{WORKER}:20010"]
+RPC_PEERS = [f"{LEADER}:20000", f"{WORKER}:20001", "10.0.0.3:20002"]
+LLAMA = {"engine": "llamacpp", "gpus": [], "model": "tiny", "replica": "tiny-1", "args": ["--ctx-size", "2048"]}
+SHARDS = [
+    shard(),
+    shard(unit="llmgw-big-2-0", replica="big-2", **FABRIC),
+    shard(unit="llmgw-big-2-1", replica="big-2", rank=1, port=20004, gpus=[4, 5, 6, 7], **FABRIC),
+    shard(unit="llmgw-sg-1-0", replica="sg-1", engine="sglang", port=20020, gpus=[0, 1]),
+    shard(unit="llmgw-sg-2-0", replica="sg-2", engine="sglang", port=20010, nodes=2, leader=LEADER, peers=SG_PEERS),
+    shard(unit="llmgw-sg-2-1", replica="sg-2", engine="sglang", port=20010, rank=1, nodes=2, leader=LEADER,
+          peers=SG_PEERS),
+    shard(unit="llmgw-tiny-9-0", **{**LLAMA, "replica": "tiny-9"}, port=20009),
+    shard(unit="llmgw-tiny-1-0", **LLAMA, nodes=3, leader=LEADER, peers=RPC_PEERS),
+    shard(unit="llmgw-tiny-1-1", **LLAMA, rank=1, nodes=3, port=20001, leader=LEADER, peers=RPC_PEERS),
+]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """Every shard above, rendered in one Ansible run."""
+    out = tmp_path_factory.mktemp("units")
+    return out, render(out, SHARDS)
+
+
 def render(tmp: Path, shards: list[dict[str, Any]]) -> dict[str, str]:
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
@@ -70,8 +97,8 @@ def verify(tmp: Path, name: str) -> None:
     assert not problems, done.stderr
 
 
-def test_vllm_single_node(tmp_path: Path) -> None:
-    units = render(tmp_path, [shard()])
+def test_vllm_single_node(rendered: tuple[Path, dict[str, str]]) -> None:
+    tmp_path, units = rendered
     words, env = exec_start(units["llmgw-big-1-0"]), env_of(units["llmgw-big-1-0"])
     assert words[:3] == ["/opt/llmgw/engines/vllm/bin/vllm", "serve", "/var/cache/llmgw/abc-model"]
     assert after(words, "--tensor-parallel-size") == "4" and after(words, "--served-model-name") == "big"
@@ -82,33 +109,24 @@ def test_vllm_single_node(tmp_path: Path) -> None:
     verify(tmp_path, "llmgw-big-1-0")
 
 
-def test_vllm_two_nodes_with_fabric(tmp_path: Path) -> None:
-    peers = [f"{LEADER}:20000", f"{WORKER}:20004"]
-    common = {"nodes": 2, "leader": LEADER, "peers": peers, "fabric": "fab-a", "ib_hcas": ["mlx5_0", "mlx5_1"],
-              "socket_ifname": "eth0"}
-    units = render(tmp_path, [shard(**common), shard(unit="llmgw-big-1-1", rank=1, port=20004, gpus=[4, 5, 6, 7],
-                                                     **common)])
-    lead, work = exec_start(units["llmgw-big-1-0"]), exec_start(units["llmgw-big-1-1"])
+def test_vllm_two_nodes_with_fabric(rendered: tuple[Path, dict[str, str]]) -> None:
+    tmp_path, units = rendered
+    lead, work = exec_start(units["llmgw-big-2-0"]), exec_start(units["llmgw-big-2-1"])
     for words, rank in ((lead, "0"), (work, "1")):
         assert after(words, "--tensor-parallel-size") == "4"
         assert after(words, "--pipeline-parallel-size") == "2" and after(words, "--nnodes") == "2"
         assert after(words, "--node-rank") == rank
-        assert after(words, "--master-addr") == LEADER and after(words, "--master-port") == "20001"
+        assert after(words, "--master-addr") == LEADER and after(words, "--master-port") == "30000"
     assert "--headless" not in lead and "--headless" in work
-    env = env_of(units["llmgw-big-1-1"])
+    env = env_of(units["llmgw-big-2-1"])
     assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1" and env["NCCL_SOCKET_IFNAME"] == "eth0"
-    assert "# fabric: fab-a" in units["llmgw-big-1-0"]
-    verify(tmp_path, "llmgw-big-1-1")
+    assert "# fabric: fab-a" in units["llmgw-big-2-0"]
+    verify(tmp_path, "llmgw-big-2-1")
 
 
-def test_sglang_single_and_two_nodes(tmp_path: Path) -> None:
-    peers = [f"{LEADER}:20010", f"{WORKER}:20010"]
-    units = render(tmp_path, [
-        shard(unit="llmgw-sg-1-0", replica="sg-1", engine="sglang", port=20020, gpus=[0, 1]),
-        shard(unit="llmgw-sg-2-0", replica="sg-2", engine="sglang", port=20010, nodes=2, leader=LEADER, peers=peers),
-        shard(unit="llmgw-sg-2-1", replica="sg-2", engine="sglang", port=20010, rank=1, nodes=2, leader=LEADER,
-              peers=peers)])
+def test_sglang_single_and_two_nodes(rendered: tuple[Path, dict[str, str]]) -> None:
+    tmp_path, units = rendered
     one = exec_start(units["llmgw-sg-1-0"])
     assert one[:3] == ["/opt/llmgw/engines/sglang/bin/python", "-m", "sglang.launch_server"]
     assert after(one, "--tp") == "2" and after(one, "--model-path") == "/var/cache/llmgw/abc-model"
@@ -117,17 +135,12 @@ def test_sglang_single_and_two_nodes(tmp_path: Path) -> None:
         words = exec_start(units[name])
         assert after(words, "--tp") == "8"  # every GPU of the replica, across nodes
         assert after(words, "--nnodes") == "2" and after(words, "--node-rank") == rank
-        assert after(words, "--dist-init-addr") == f"{LEADER}:20011"
+        assert after(words, "--dist-init-addr") == f"{LEADER}:30010"
         verify(tmp_path, name)
 
 
-def test_llamacpp_single_node_and_rpc_workers(tmp_path: Path) -> None:
-    peers = [f"{LEADER}:20000", f"{WORKER}:20001", "10.0.0.3:20002"]
-    base = {"engine": "llamacpp", "gpus": [], "model": "tiny", "replica": "tiny-1", "args": ["--ctx-size", "2048"]}
-    units = render(tmp_path, [
-        shard(unit="llmgw-tiny-9-0", **{**base, "replica": "tiny-9"}, port=20009),
-        shard(unit="llmgw-tiny-1-0", **base, nodes=3, leader=LEADER, peers=peers),
-        shard(unit="llmgw-tiny-1-1", **base, rank=1, nodes=3, port=20001, leader=LEADER, peers=peers)])
+def test_llamacpp_single_node_and_rpc_workers(rendered: tuple[Path, dict[str, str]]) -> None:
+    tmp_path, units = rendered
     single = exec_start(units["llmgw-tiny-9-0"])
     assert single[0] == "/opt/llmgw/engines/llamacpp/0123456789abcdef/llama-server"
     assert after(single, "--alias") == "tiny" and "--rpc" not in single and "--metrics" in single
