@@ -108,14 +108,13 @@ class Flight:
     quick requests never need one.
     """
 
-    __slots__ = ("deadline", "done", "phase", "reason", "receive", "started", "task", "watcher")
+    __slots__ = ("deadline", "done", "reason", "receive", "started", "task", "watcher")
 
     def __init__(self, task: asyncio.Task[Any] | None, receive: Receive, started: float) -> None:
         self.task = task
         self.receive = receive
         self.started = started  # monotonic
         self.deadline = _NEVER
-        self.phase = ""
         self.reason: str | None = None  # why the watchdog or the watcher cancelled: timeout|disconnect
         self.done = False  # the response is complete: a disconnect now is the normal end
         self.watcher: asyncio.Task[None] | None = None
@@ -338,7 +337,6 @@ class Proxy:
         replica.begin()
         resp: aiohttp.ClientResponse | None = None
         try:
-            flight.phase = "first_byte"
             flight.deadline = time.monotonic() + settings.first_byte_timeout
             try:
                 resp = await self.session.post(replica.endpoint + path, data=body, headers=_UPSTREAM_HEADERS)
@@ -400,7 +398,6 @@ class Proxy:
         kept = 0
         chunk = first
         gap = self.settings.chunk_gap_timeout
-        flight.phase = "chunk_gap"
         try:
             while chunk:
                 if scanner is not None:

@@ -34,10 +34,23 @@ from tests.router.support import (
     Engine,
     RunningRouter,
     StateFile,
+    close_clients,
     free_port,
     require_engine,
     wait_until,
 )
+
+
+@pytest.fixture(autouse=True)
+def _close_http_clients() -> Iterator[None]:
+    yield
+    close_clients()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _close_shared_http() -> Iterator[None]:
+    yield
+    HTTP.close()
 
 
 @pytest.fixture

@@ -30,6 +30,14 @@ from llmgw.store import Store
 
 # One client for every test request: a new httpx client per call loads the CA bundle (~0.2 s).
 HTTP = httpx.Client(timeout=30)
+# Every openai client a test makes, closed after each test (an open pool's sockets would
+# surface as ResourceWarnings, which are errors here).
+CLIENTS: list[openai.OpenAI] = []
+
+
+def close_clients() -> None:
+    while CLIENTS:
+        CLIENTS.pop().close()
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache" / "llmgw"))
@@ -75,7 +83,9 @@ class Engine:
         return f"http://127.0.0.1:{self.port}"
 
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.endpoint + "/v1", api_key="direct", max_retries=0, timeout=60)
+        c = openai.OpenAI(base_url=self.endpoint + "/v1", api_key="direct", max_retries=0, timeout=60)
+        CLIENTS.append(c)
+        return c
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -145,7 +155,9 @@ class RunningRouter:
 
     def client(self, key: str, **kw: Any) -> openai.OpenAI:
         kw.setdefault("timeout", 60)
-        return openai.OpenAI(base_url=self.base_url + "/v1", api_key=key, max_retries=0, **kw)
+        c = openai.OpenAI(base_url=self.base_url + "/v1", api_key=key, max_retries=0, **kw)
+        CLIENTS.append(c)
+        return c
 
     def admin(self, path: str) -> Any:
         r = HTTP.get(self.admin_url + path, timeout=10)

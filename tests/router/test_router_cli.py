@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.router.support import HTTP, Engine, StateFile, free_port, model, replica, wait_until
+from tests.router.support import CLIENTS, HTTP, Engine, StateFile, free_port, model, replica, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -46,6 +46,7 @@ def test_serve_routes_reloads_and_stops_on_sigterm(tmp_path: Path, engines: Call
 
         wait_until(up, 30, "llmgw router serve to listen")
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{client_port}/v1", api_key=key, max_retries=0)
+        CLIENTS.append(client)
         assert client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
                                               max_tokens=2).choices
         # A new state file is picked up without a restart.
