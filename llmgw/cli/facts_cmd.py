@@ -7,8 +7,6 @@ report prints as `-`: unknown is not zero.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -18,21 +16,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from llmgw.cli import output
-from llmgw.errors import FabricError, FactsError
-from llmgw.facts.cache import read_facts
+from llmgw.errors import FactsError
 from llmgw.facts.gather import GatherEvent, GatherReport, gather
-from llmgw.facts.model import HostFacts
-from llmgw.inventory import Host, load_inventory
 from llmgw.site import Site
-from llmgw.state import State, read_state
-from llmgw.views.text import human_bytes
+from llmgw.views.text import human_bytes, iso
 
 UNKNOWN = "-"
-
-
-def iso(ts: datetime) -> str:
-    """ISO 8601 as the facts files write it (UTC as Z)."""
-    return ts.isoformat().replace("+00:00", "Z")
 
 
 def when(ts: datetime) -> str:
@@ -40,84 +29,6 @@ def when(ts: datetime) -> str:
 
 
 # ---------------------------------------------------------------------------- nodes
-
-
-def fabric_lookup(facts: Iterable[HostFacts]) -> tuple[dict[str, list[str] | None] | None, str | None]:
-    """host -> fabric ids, through llmgw.fabric when it is installed; (None, why) otherwise."""
-    try:
-        fabric = importlib.import_module("llmgw.fabric")
-    except ImportError:
-        return None, None
-    build = getattr(fabric, "fabrics_from_facts", None)
-    if build is None:
-        return None, None
-    facts = list(facts)
-    try:
-        index = build(facts)
-    except FabricError as exc:
-        return None, f"fabrics unknown: {exc.message}"
-    out: dict[str, list[str] | None] = {}
-    for f in facts:
-        ids = list(index.fabrics_of(f.host))
-        active = [p for a in f.ib_adapters or [] for p in a.ports
-                  if p.state == "ACTIVE" and (p.link_layer or "InfiniBand") == "InfiniBand"]
-        # On no fabric because it has no active port: none. Active ports no map covers: unknown.
-        out[f.host] = ids or (None if f.ib_adapters is None or active else [])
-    return out, None
-
-
-def gpus_used(state: State) -> dict[str, set[int]]:
-    """node -> GPU indices the replicas in the state hold."""
-    used: dict[str, set[int]] = {}
-    for replica in state.replicas:
-        for shard in replica.shards:
-            used.setdefault(shard.node, set()).update(shard.gpus)
-    return used
-
-
-def replicas_on(state: State) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for replica in state.replicas:
-        for node in sorted({s.node for s in replica.shards}):
-            out.setdefault(node, []).append(replica.id)
-    return out
-
-
-def node_record(host: Host, facts: HostFacts | None, used: set[int], replicas: list[str],
-                fabrics: list[str] | None) -> dict[str, Any]:
-    """One node as `nodes --json` prints it; None wherever the value is not known."""
-    rec: dict[str, Any] = {
-        "node": host.name, "state": host.node_state, "labels": dict(host.labels),
-        "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
-        "disk": None, "fabrics": fabrics, "replicas": replicas, "last_seen": None,
-        "stale_since": None, "stale_reason": None, "unhealthy_gpus": [],
-    }
-    if facts is None:
-        return rec
-    rec["last_seen"] = iso(facts.gathered_at)
-    rec["stale_since"] = iso(facts.stale_since) if facts.stale_since else None
-    rec["stale_reason"] = facts.stale_reason
-    rec["memory_mb"] = facts.memory_total_mb
-    rec["cpus"] = facts.cpus
-    if facts.gpus is None:
-        rec["gpus_unknown_reason"] = facts.gpus_unknown_reason
-    else:
-        healthy = [g.index for g in facts.gpus if g.healthy]
-        rec["gpus"] = {"total": len(facts.gpus), "healthy": len(healthy),
-                       "used": len(used & set(healthy)), "free": len(set(healthy) - used)}
-        rec["classes"] = sorted({g.gpu_class for g in facts.gpus})
-        rec["unhealthy_gpus"] = [{"index": g.index, "uuid": g.uuid, "gpu_class": g.gpu_class,
-                                  "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
-    if facts.filesystems is not None:
-        # Local pools are what weights fill; shared filers are listed, not added in.
-        local = [f for f in facts.filesystems if not f.shared]
-        shared = [f for f in facts.filesystems if f.shared]
-        rec["disk"] = {"free_bytes": sum(f.free_bytes for f in local) if local else None,
-                       "total_bytes": sum(f.total_bytes for f in local) if local else None,
-                       "shared_free_bytes": sum(f.free_bytes for f in shared) if shared else None,
-                       "shared_total_bytes": sum(f.total_bytes for f in shared) if shared else None,
-                       "filesystems": [f.model_dump(mode="json") for f in facts.filesystems]}
-    return rec
 
 
 def node_row(rec: dict[str, Any]) -> list[str]:
@@ -154,18 +65,12 @@ def node_row(rec: dict[str, Any]) -> list[str]:
 
 
 def nodes_report(site: Site) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every inventory node as a record, and notes to print under the table."""
-    inventory = load_inventory(site.inventory)
-    facts = read_facts(site.facts_dir)
-    state = read_state(site.state_file)
-    used = gpus_used(state)
-    replicas = replicas_on(state)
-    fabrics, fabric_note = fabric_lookup(facts.values())
-    records = [node_record(host, facts.get(name), used.get(name, set()), replicas.get(name, []),
-                           None if fabrics is None else fabrics.get(name))
-               for name, host in sorted(inventory.nodes.items())]
-    notes = [fabric_note] if fabric_note else []
-    return records, notes
+    """Every inventory node as a record (the dashboard's nodes page shows the same), and notes."""
+    from llmgw.views.nodes import nodes_view
+    from llmgw.views.sitedata import load_site_data
+
+    view = nodes_view(load_site_data(site))
+    return view["nodes"], view["notes"]
 
 
 # ---------------------------------------------------------------------------- facts

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.facts.model import HostFacts
+from llmgw.facts.model import Filesystem, HostFacts
 from llmgw.views.sitedata import SiteData
+from llmgw.views.text import iso
 
 
 def gpu_holders(data: SiteData) -> dict[str, dict[int, str]]:
@@ -29,8 +30,21 @@ def fabrics_of(data: SiteData, host: str, facts: HostFacts | None) -> list[str] 
         return ids
     if facts is None or facts.ib_adapters is None:
         return None
-    active = [p for a in facts.ib_adapters for p in a.ports if p.state == "ACTIVE"]
+    # On no fabric because it has no active InfiniBand port: none. Active ports no map covers: unknown.
+    active = [p for a in facts.ib_adapters for p in a.ports
+              if p.state == "ACTIVE" and (p.link_layer or "InfiniBand") == "InfiniBand"]
     return None if active else []
+
+
+def disk_record(filesystems: list[Filesystem]) -> dict[str, Any]:
+    """Free and total disk: local pools are what weights fill; shared filers are listed apart, not added in."""
+    local = [f for f in filesystems if not f.shared]
+    shared = [f for f in filesystems if f.shared]
+    return {"free_bytes": sum(f.free_bytes for f in local) if local else None,
+            "total_bytes": sum(f.total_bytes for f in local) if local else None,
+            "shared_free_bytes": sum(f.free_bytes for f in shared) if shared else None,
+            "shared_total_bytes": sum(f.total_bytes for f in shared) if shared else None,
+            "filesystems": [f.model_dump(mode="json") for f in filesystems]}
 
 
 def node_record(data: SiteData, name: str, holders: dict[int, str]) -> dict[str, Any]:
@@ -45,8 +59,8 @@ def node_record(data: SiteData, name: str, holders: dict[int, str]) -> dict[str,
     }
     if facts is None:
         return rec
-    rec["last_seen"] = facts.gathered_at.isoformat()
-    rec["stale_since"] = facts.stale_since.isoformat() if facts.stale_since else None
+    rec["last_seen"] = iso(facts.gathered_at)
+    rec["stale_since"] = iso(facts.stale_since) if facts.stale_since else None
     rec["stale_reason"] = facts.stale_reason
     rec["memory_mb"] = facts.memory_total_mb
     rec["cpus"] = facts.cpus
@@ -61,9 +75,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str]) -> dict[str,
         rec["unhealthy_gpus"] = [{"index": g.index, "uuid": g.uuid, "gpu_class": g.gpu_class,
                                   "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
     if facts.filesystems is not None:
-        rec["disk"] = {"free_bytes": sum(f.free_bytes for f in facts.filesystems),
-                       "total_bytes": sum(f.total_bytes for f in facts.filesystems),
-                       "filesystems": [f.model_dump(mode="json") for f in facts.filesystems]}
+        rec["disk"] = disk_record(facts.filesystems)
     return rec
 
 

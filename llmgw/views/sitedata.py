@@ -27,6 +27,7 @@ from llmgw.planner import Plan, PlanInputs, make_plan
 from llmgw.planner.load import weight_sizes
 from llmgw.site import SITE_FILE, Site
 from llmgw.state import State, read_state
+from llmgw.weights.check import unservable_sources
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
     nodes = inventory.nodes
     inputs = PlanInputs(catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
                         state=state, fabrics=fabrics, ports=site.config.ports,
-                        weight_sizes=weight_sizes(site.facts_dir))
+                        weight_sizes=weight_sizes(site.facts_dir), unservable=unservable_sources(site))
     return SiteData(site=site, catalog=catalog, inventory=inventory, facts=facts, state=state,
                     fabrics=fabrics, plan=make_plan(inputs), loaded_at=now or datetime.now(UTC),
                     notes=tuple(notes))

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 UNKNOWN = "?"  # the routers were not asked or did not answer: not known
 NEVER = "-"  # known: never used
+
+
+def iso(ts: datetime) -> str:
+    """ISO 8601 as the facts files write it (UTC as Z)."""
+    return ts.isoformat().replace("+00:00", "Z")
 
 
 def duration(seconds: float | None) -> str:

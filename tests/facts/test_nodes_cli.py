@@ -116,7 +116,11 @@ def test_unreadable_fabric_text_leaves_fabrics_unknown_with_a_note(example: Path
     result = run_cli("-C", str(example), "nodes", "--json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert all(n["fabrics"] is None for n in data["nodes"])
+    nodes = {n["node"]: n for n in data["nodes"]}
+    # Hosts with active InfiniBand ports are on a fabric nobody could map: not known.
+    assert all(nodes[f"gpu-node-0{i}"]["fabrics"] is None for i in range(1, 9))
+    # A host without any active InfiniBand port is known to be on none.
+    assert nodes["l40s-01"]["fabrics"] == []
     assert data["notes"] and data["notes"][0].startswith("fabrics unknown: ")
 
 
