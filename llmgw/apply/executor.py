@@ -165,7 +165,7 @@ class Applier:
                     weights[s.node].append(entry)
         now = datetime.now(UTC)
         records = [Replica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, state="starting",
-                           endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now,
+                           endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now, cache_name=r.cache_name,
                            shards=[Shard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit)
                                    for s in r.shards]) for r in replicas]
         known = {r.id for r in self.state.replicas}

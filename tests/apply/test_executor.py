@@ -89,6 +89,9 @@ def test_new_replicas_are_recorded_starting_before_any_host_is_touched(site: Sit
     assert sorted(outcome.created) == created
     state = read_state(site.state_file)
     assert sorted(r.id for r in state.replicas) == created and all(r.created_at for r in state.replicas)
+    # Each record names its weights' cache entry, so weights GC never takes them.
+    wanted = {r.id: r.cache_name for r in plan.desired.replicas}
+    assert all(r.cache_name and r.cache_name == wanted[r.id] for r in state.replicas)
     assert state.models == plan.desired.models
     # Nothing left to do, and the next apply has nothing to run.
     assert not plan_of(site).has_changes
