@@ -1,4 +1,4 @@
-"""A throwaway lab for end-to-end tests: a copy of inventories/lab under its own name.
+"""A throwaway lab for tests on real hosts: a copy of inventories/lab under its own name.
 
 Tests never touch an operator's lab: the copy lives in a temp folder, the lab has a
 unique name, and `lab down` runs whatever happens.
@@ -22,7 +22,7 @@ from llmgw.site import Site
 from llmgw.state import State, read_state
 from tests.helpers import Result, run_cli
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -55,11 +55,9 @@ class Lab:
         return subprocess.run([str(VENV_BIN / "ansible"), "-i", str(self.site / "hosts.yml"), pattern, *args],
                               capture_output=True, text=True, env=env, check=False, timeout=300)
 
-    def shard_units(self) -> dict[str, set[str]]:
-        """Host -> llmgw shard units installed there (unit files), as the hosts say."""
-        done = self.ansible("llmgw_nodes", "-m", "ansible.builtin.shell", "-a",
-                            "cd /etc/systemd/system && ls llmgw-*.service 2>/dev/null "
-                            "| grep -v '^llmgw-router' || true")
+    def per_host(self, command: str) -> dict[str, set[str]]:
+        """Host -> the words `command` printed there, run on every lab node over SSH."""
+        done = self.ansible("llmgw_nodes", "-m", "ansible.builtin.shell", "-a", command)
         assert done.returncode == 0, done.stdout + done.stderr
         out: dict[str, set[str]] = {}
         for play in json.loads(done.stdout)["plays"]:
@@ -68,18 +66,15 @@ class Lab:
                     out[host] = {u for u in res.get("stdout", "").split() if u}
         return out
 
+    def shard_units(self) -> dict[str, set[str]]:
+        """Host -> llmgw shard units installed there (unit files), as the hosts say."""
+        return self.per_host("cd /etc/systemd/system && ls llmgw-*.service 2>/dev/null "
+                              "| grep -v '^llmgw-router' || true")
+
     def active_units(self) -> dict[str, set[str]]:
         """Host -> llmgw shard units systemd runs there."""
-        done = self.ansible("llmgw_nodes", "-m", "ansible.builtin.shell", "-a",
-                            "systemctl list-units --state=active --plain --no-legend 'llmgw-*' | awk '{print $1}' "
-                            "| grep -v '^llmgw-router' || true")
-        assert done.returncode == 0, done.stdout + done.stderr
-        out: dict[str, set[str]] = {}
-        for play in json.loads(done.stdout)["plays"]:
-            for task in play["tasks"]:
-                for host, res in task["hosts"].items():
-                    out[host] = {u for u in res.get("stdout", "").split() if u}
-        return out
+        return self.per_host("systemctl list-units --state=active --plain --no-legend 'llmgw-*' "
+                              "| awk '{print $1}' | grep -v '^llmgw-router' || true")
 
     def recorded_units(self) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
@@ -90,11 +85,11 @@ class Lab:
 
 
 @contextmanager
-def lab(tmp: Path, nodes: int = 3) -> Iterator[Lab]:
+def lab(tmp: Path, nodes: int = 3, prefix: str = "llmgw-e2e") -> Iterator[Lab]:
     site = tmp / "lab"
     shutil.copytree(REPO / "inventories" / "lab", site,
                     ignore=shutil.ignore_patterns(".lab", "hosts.yml", "state.json*", "facts", "*.sqlite"))
-    it = Lab(site, f"llmgw-e2e-{uuid.uuid4().hex[:8]}")
+    it = Lab(site, f"{prefix}-{uuid.uuid4().hex[:8]}")
     try:
         it.ok("lab", "up", "--nodes", str(nodes), "--name", it.name)
         yield it
