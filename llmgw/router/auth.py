@@ -2,9 +2,9 @@
 
 Every active key's SHA-256 is held in a dict refreshed from the store every couple of
 seconds, so a request costs one hash and one lookup, never a query. A key the cache
-does not know forces a refresh, at most once per `key_miss_refresh_interval`, so a key
-created a moment ago works at once while a flood of wrong keys costs the store at most
-one read per interval. A revoked key stops working at the next refresh.
+does not know waits for the next refresh, at most once per `key_miss_refresh_interval`,
+so a key created a moment ago works (within that interval) while a flood of wrong keys
+costs the store at most one read per interval. A revoked key stops working at the next refresh.
 
 Paths exempt from auth are listed exactly (no prefixes): `/` is the landing page only.
 """
@@ -76,11 +76,16 @@ class KeyCache:
         principal = self.by_hash.get(digest)
         if principal is not None:
             return principal
-        if time.monotonic() - self.last_refresh >= self.miss_refresh_interval:
-            await self.refresh()
-            principal = self.by_hash.get(digest)
-            if principal is not None:
-                return principal
+        # An unknown key waits for the next allowed refresh rather than failing inside the
+        # window: a key created a moment ago then always works, and wrong keys still cost
+        # the store at most one read per interval (concurrent misses share it).
+        wait = self.miss_refresh_interval - (time.monotonic() - self.last_refresh)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await self.refresh()
+        principal = self.by_hash.get(digest)
+        if principal is not None:
+            return principal
         if not self.by_hash:
             raise self._no_keys()
         raise RouterError(401, "invalid API key", code="invalid_api_key")
