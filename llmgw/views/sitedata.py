@@ -50,8 +50,13 @@ class SiteData:
 
 def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
     """Read the catalog, inventory, facts, fabrics and state, and make the plan."""
-    catalog = load_catalog(site.catalog_dir, root=site.root)
     notes: list[str] = []
+    if site.catalog_dir.is_dir():
+        catalog = load_catalog(site.catalog_dir, root=site.root)
+    else:
+        # The fleet can be looked at before any model is written down.
+        catalog = Catalog([])
+        notes.append(f"no catalog at {site.catalog_dir}: no models to place")
     if site.inventory.exists():
         inventory = load_inventory(site.inventory)
     else:
