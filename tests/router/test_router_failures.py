@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import openai
@@ -24,47 +25,15 @@ def dead_endpoint() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
-@pytest.fixture
-def hung_endpoint() -> Iterator[str]:
-    """A server that accepts connections and never answers."""
+@contextmanager
+def holding_server(greeting: bytes | None) -> Iterator[str]:
+    """A server that accepts connections, sends `greeting` (after reading the request) or
+    nothing at all, and then holds each connection open without another byte."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     held: list[socket.socket] = []
     stop = threading.Event()
-
-    def accept() -> None:
-        sock.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            held.append(conn)
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    stop.set()
-    t.join(5)
-    for c in held:
-        c.close()
-    sock.close()
-
-
-@pytest.fixture
-def stalling_endpoint() -> Iterator[str]:
-    """A server that starts an SSE stream, sends one event, then goes silent."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-    event = b'data: {"choices":[{"index":0,"delta":{"content":"hel"}}]}\n\n'
-    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + b"%x\r\n" % len(event) + event + b"\r\n")
 
     def serve() -> None:
         sock.settimeout(0.2)
@@ -75,18 +44,38 @@ def stalling_endpoint() -> Iterator[str]:
                 continue
             except OSError:
                 return
-            conn.recv(65536)
-            conn.sendall(head)
+            if greeting is not None:
+                conn.recv(65536)
+                conn.sendall(greeting)
             held.append(conn)
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    stop.set()
-    t.join(5)
-    for c in held:
-        c.close()
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        t.join(5)
+        for c in held:
+            c.close()
+        sock.close()
+
+
+@pytest.fixture
+def hung_endpoint() -> Iterator[str]:
+    """A server that accepts connections and never answers."""
+    with holding_server(None) as url:
+        yield url
+
+
+@pytest.fixture
+def stalling_endpoint() -> Iterator[str]:
+    """A server that starts an SSE stream, sends one event, then goes silent."""
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"hel"}}]}\n\n'
+    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n" % len(event) + event + b"\r\n")
+    with holding_server(head) as url:
+        yield url
 
 
 def engine_busy(e: Engine) -> bool:
