@@ -24,6 +24,7 @@ from llmgw.site import Site
 from llmgw.state import read_state, write_state
 from llmgw.store import open_store
 from llmgw.store.model import UsageDelta
+from tests.router.support import serve_in_thread
 from tests.views.example import REPO, example_site
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -61,8 +62,6 @@ class Dashboard:
 
 @pytest.fixture(scope="session")
 def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
-    import uvloop
-
     root = example_site(tmp_path_factory.mktemp("dashboard"))
     health = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=health.serve_forever, daemon=True).start()
@@ -85,20 +84,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
                           admin_listen=("127.0.0.1", 0), site_dir=root, graceful_timeout=2,
                           settings=RouterSettings(health_interval=0.3, health_timeout=1.0, state_poll_interval=0.2,
                                                   backoff_base=0.5, backoff_max=1.0))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            uvloop.run(server.run())
-        except BaseException as exc:
-            errors.append(exc)
-            server.started.set()
-
-    thread = threading.Thread(target=run, name="router", daemon=True)
-    thread.start()
-    assert server.started.wait(30), "router did not start"
-    if errors:
-        raise errors[0]
+    thread, _errors = serve_in_thread(server)
     host, port = server.addresses["admin"]
     try:
         yield Dashboard(f"http://{host}:{port}", root, server)

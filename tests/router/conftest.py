@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.router.support import (
     close_clients,
     free_port,
     require_engine,
+    serve_in_thread,
     wait_until,
 )
 
@@ -149,22 +149,7 @@ def start_router(sqlite_store: Store) -> Iterator[Callable[..., RunningRouter]]:
                               admin_listen=("127.0.0.1", 0),
                               metrics_listen=("127.0.0.1", 0) if metrics else None,
                               settings=settings, activator=activator, graceful_timeout=5)
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            import uvloop
-
-            try:
-                uvloop.run(server.run())
-            except BaseException as exc:  # surfaced by the test through `errors`
-                errors.append(exc)
-                server.started.set()
-
-        thread = threading.Thread(target=run, name="router", daemon=True)
-        thread.start()
-        assert server.started.wait(30), "router did not start"
-        if errors:
-            raise errors[0]
+        thread, errors = serve_in_thread(server)
         rr = RunningRouter(server, thread, store or sqlite_store, errors)
         running.append(rr)
         return rr

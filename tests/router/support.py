@@ -176,3 +176,22 @@ class RunningRouter:
         assert not self.thread.is_alive(), "router did not stop"
 
 
+def serve_in_thread(server: RouterServer) -> tuple[threading.Thread, list[BaseException]]:
+    """Run a RouterServer on uvloop in a daemon thread; return once it listens (or failed to)."""
+    import uvloop
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            uvloop.run(server.run())
+        except BaseException as exc:  # surfaced to the test through `errors`
+            errors.append(exc)
+            server.started.set()
+
+    thread = threading.Thread(target=run, name="router", daemon=True)
+    thread.start()
+    assert server.started.wait(30), "router did not start"
+    if errors:
+        raise errors[0]
+    return thread, errors
