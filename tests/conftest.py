@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.mirror import HfMirror, running_mirror
 
 
 @pytest.fixture
@@ -24,3 +26,10 @@ def site(tmp_path: Path) -> Callable[..., Path]:
         return root
 
     return make
+
+
+@pytest.fixture(scope="session")
+def hf_mirror() -> Iterator[HfMirror]:
+    """A real Hugging Face mirror (olah, offline) on 127.0.0.1 serving the tiny Llama; one per test session."""
+    with running_mirror() as mirror:
+        yield mirror
