@@ -1,6 +1,7 @@
 """The router: the OpenAI gateway in front of the replicas recorded in the state file.
 
-    app.py         Router (table, keys, usage, health, on demand) and the three listeners
+    app.py         Router (table, keys, usage, health, on demand) and the client listener
+    admin.py       the admin listener (JSON API, dashboard) and the metrics listener
     proxy.py       the hot path: forward, retry before the first byte, stream back
     streaming.py   usage out of SSE streams (and removing the usage event we asked for)
     table.py       routing table from the state, per-replica runtime, least-outstanding pick
@@ -12,6 +13,8 @@
     metrics.py     Prometheus
     ondemand.py    the Activator seam for min-0 models, and idle stops
     landing.py     the page at /
+    asgi.py        the ASGI types of the raw hot path
+    openai_errors.py  every refusal in the OpenAI error shape
     server.py      uvicorn listeners in one process
 """
 
@@ -21,14 +24,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from llmgw.router.app import Router, admin_app, client_app, metrics_app
+    from llmgw.router.admin import admin_app, metrics_app
+    from llmgw.router.app import Router, client_app
     from llmgw.router.ondemand import Activator
     from llmgw.router.server import RouterServer, make_session
     from llmgw.router.settings import RouterSettings
 
 # Exported lazily: importing llmgw.router.settings (as every CLI start does) must not load
 # FastAPI, uvicorn and aiohttp.
-_EXPORTS = {"Router": "app", "admin_app": "app", "client_app": "app", "metrics_app": "app",
+_EXPORTS = {"Router": "app", "admin_app": "admin", "client_app": "app", "metrics_app": "admin",
             "Activator": "ondemand", "RouterServer": "server", "make_session": "server",
             "RouterSettings": "settings"}
 

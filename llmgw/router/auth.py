@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from llmgw.router.errors import RouterError
+from llmgw.router.openai_errors import RouterError
 from llmgw.router.quotas import GroupQuota
 from llmgw.store import GroupRecord, KeyRecord, Store
 from llmgw.store.keys import hash_key

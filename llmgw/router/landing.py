@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 
-from llmgw.router.errors import Scope
+from llmgw.router.asgi import Scope
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from llmgw.router.errors import RouterError
+from llmgw.router.openai_errors import RouterError
 from llmgw.router.settings import RouterSettings
 from llmgw.router.table import ModelEntry, RoutingTable
 

@@ -8,13 +8,9 @@ uses that shape, on every path, streamed or not.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from llmgw.router.asgi import Send
 
 _TYPES = {
     400: "invalid_request_error",

@@ -30,10 +30,11 @@ from typing import Any
 
 import aiohttp
 
+from llmgw.router.asgi import Receive, Scope, Send
 from llmgw.router.auth import Principal
-from llmgw.router.errors import Receive, RouterError, Scope, Send, error_body, send_error
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import OnDemand
+from llmgw.router.openai_errors import RouterError, error_body, send_error
 from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner
 from llmgw.router.table import ModelEntry, ReplicaRuntime, RoutingTable

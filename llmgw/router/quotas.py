@@ -14,7 +14,7 @@ daily limit completes and the next one is refused.
 
 from __future__ import annotations
 
-from llmgw.router.errors import RouterError
+from llmgw.router.openai_errors import RouterError
 
 
 class GroupQuota:

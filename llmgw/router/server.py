@@ -25,7 +25,8 @@ import aiohttp
 import uvicorn
 
 from llmgw.errors import UsageError
-from llmgw.router.app import Router, admin_app, client_app, metrics_app
+from llmgw.router.admin import admin_app, metrics_app
+from llmgw.router.app import Router, client_app
 from llmgw.router.ondemand import Activator
 from llmgw.router.settings import RouterSettings
 from llmgw.store import Store

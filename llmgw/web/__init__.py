@@ -11,6 +11,6 @@ template: host names, model names and error texts are data, never markup.
     static/       style.css
 """
 
-from llmgw.web.dashboard import DashboardSources, dashboard_router, mount_dashboard
+from llmgw.web.dashboard import DashboardSources, dashboard_router
 
-__all__ = ["DashboardSources", "dashboard_router", "mount_dashboard"]
+__all__ = ["DashboardSources", "dashboard_router"]

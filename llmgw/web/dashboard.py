@@ -1,10 +1,10 @@
 """The dashboard's routes. Read-only: every route is a GET and nothing here writes.
 
 The dashboard needs a site (catalog, inventory, facts, state) besides the router: the
-router is started with one (`llmgw -C SITE router serve`) and `mount_dashboard` adds
-these routes to its admin app. What only the router knows (in-flight counts, last use,
-usage per key) comes through `DashboardSources`, so a test or another host can hand in
-its own.
+router is started with one (`llmgw -C SITE router serve`) and its admin app
+(llmgw.router.admin) includes these routes. What only the router knows (in-flight
+counts, last use, usage per key) comes through `DashboardSources`, so a test or another
+host can hand in its own — and this package never imports the router.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -29,9 +28,6 @@ from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
 from llmgw.views.status import status_view
 from llmgw.views.text import duration, human_bytes
-
-if TYPE_CHECKING:
-    from llmgw.router.app import Router
 
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
 
@@ -182,23 +178,3 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
 
     return api
 
-
-def router_sources(router: Router, site_dir: Path) -> DashboardSources:
-    """The live router as the dashboard's source of runtime facts and usage."""
-    import time
-
-    from llmgw.router.app import replica_json, usage_json
-
-    def runtime() -> Runtime:
-        now = time.time()
-        return Runtime.from_replicas([("this router", [replica_json(r, now) for r in router.table.replicas.values()])])
-
-    async def usage(day: str | None) -> dict[str, Any]:
-        return await usage_json(router, day)
-
-    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage)
-
-
-def mount_dashboard(app: FastAPI, router: Router, site_dir: Path) -> None:
-    """Add the dashboard's pages to the router's admin app."""
-    app.include_router(dashboard_router(router_sources(router, site_dir)))

@@ -1,0 +1,182 @@
+"""The router's admin and metrics listeners.
+
+    admin    (FastAPI)    /api/v1/replicas, /api/v1/models, /api/v1/usage, /api/v1/status,
+                          /metrics, /health, and the read-only dashboard when the router
+                          has a site — loopback by default
+    metrics  (FastAPI)    /metrics alone, safe to expose
+
+This module is the one place the router meets the dashboard: it hands llmgw.web the
+router's runtime facts and usage as `DashboardSources`, so llmgw.web never imports the
+router and there is no cycle between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from llmgw.router.app import Router, openai_errors
+from llmgw.router.metrics import CONTENT_TYPE
+from llmgw.router.openai_errors import error_payload
+from llmgw.router.table import ModelEntry, ReplicaRuntime
+from llmgw.views import Runtime, SiteDataCache
+from llmgw.web import DashboardSources, dashboard_router
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+def replica_json(r: ReplicaRuntime, now: float) -> dict[str, Any]:
+    """One replica for apply and the dashboard; `last_used` is absent when never used."""
+    out: dict[str, Any] = {
+        "id": r.id, "model": r.model, "profile": r.record.profile, "engine": r.record.engine,
+        "state": r.state, "endpoint": r.endpoint, "health": r.health,
+        "routable": r.routable(time.monotonic()), "in_flight": r.in_flight, "requests": r.requests,
+        "consecutive_failures": r.failures,
+    }
+    if r.last_used is not None:
+        out["last_used"] = _iso(r.last_used)
+        out["idle_seconds"] = round(max(0.0, now - r.last_used), 3)
+    if r.last_error is not None:
+        out["last_error"] = r.last_error
+    return out
+
+
+def model_json(router: Router, e: ModelEntry) -> dict[str, Any]:
+    now = time.monotonic()
+    counts = {"starting": 0, "ready": 0, "draining": 0}
+    for r in e.replicas:
+        counts[r.state] += 1
+    used = [r.last_used for r in e.replicas if r.last_used is not None]
+    out: dict[str, Any] = {
+        "name": e.name, "aliases": list(e.record.aliases), "fallbacks": list(e.record.fallbacks),
+        "scaling": e.record.scaling.model_dump(), "on_demand": e.on_demand,
+        "available": router.answerable(e, now),
+        "replicas": {**counts, "routable": len(e.routable(now))},
+        "in_flight": sum(r.in_flight for r in e.replicas),
+        "activating": e.name in router.ondemand.activating,
+    }
+    if used:
+        out["last_used"] = _iso(max(used))
+    return out
+
+
+def _zero() -> dict[str, int]:
+    return {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+async def usage_json(router: Router, day: str | None) -> dict[str, Any]:
+    await router.usage_sync.sync()  # what this router counted is in the store before reading
+    day = day or router.clock.day(time.time())
+    rows = await asyncio.to_thread(router.store.usage, day)
+    keys: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, int]] = defaultdict(_zero)
+    cache = router.keys
+    for row in rows:
+        k = keys.get(row.key_id)
+        if k is None:
+            k = keys[row.key_id] = {"id": row.key_id, "name": cache.key_names.get(row.key_id),
+                                    "group": cache.key_groups.get(row.key_id), **_zero(), "models": {}}
+        add = {"requests": row.requests, "prompt_tokens": row.prompt_tokens,
+               "completion_tokens": row.completion_tokens, "total_tokens": row.total_tokens}
+        k["models"][row.model] = add
+        for f, n in add.items():
+            k[f] += n
+            for g in cache.ancestry(k["group"]):
+                groups[g][f] += n
+    group_list = [{"name": g.name, "parent": g.parent, "rpm": g.rpm, "tokens_per_day": g.tokens_per_day,
+                   **groups.get(g.name, _zero())} for g in sorted(cache.groups.values(), key=lambda g: g.name)]
+    return {"day": day, "keys": sorted(keys.values(), key=lambda k: (k["name"] or "", k["id"])),
+            "groups": group_list}
+
+
+def dashboard_sources(router: Router, site_dir: Path) -> DashboardSources:
+    """The live router as the dashboard's source of runtime facts and usage."""
+
+    def runtime() -> Runtime:
+        now = time.time()
+        return Runtime.from_replicas([("this router", [replica_json(r, now) for r in router.table.replicas.values()])])
+
+    async def usage(day: str | None) -> dict[str, Any]:
+        return await usage_json(router, day)
+
+    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage)
+
+
+def _metrics_route(app: FastAPI, router: Router) -> None:
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(router.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
+    app = FastAPI(title="llmgw router admin", docs_url="/api/docs", redoc_url=None,
+                  openapi_url="/api/openapi.json")
+    if site_dir is not None:  # the read-only dashboard needs a site: catalog, inventory, facts
+        app.include_router(dashboard_router(dashboard_sources(router, site_dir)))
+    openai_errors(app)
+    _metrics_route(app, router)
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/api/v1/status")
+    async def status() -> dict[str, Any]:
+        t = router.table
+        return {"serial": t.serial, "lineage": t.lineage, "state_file": str(router.state_path),
+                "state_error": router.watcher.error, "store": router.store.redacted_url,
+                "store_error": router.usage_sync.last_error, "keys": len(router.keys.by_hash),
+                "started_at": router.started_at.isoformat(timespec="seconds"),
+                "on_demand": router.ondemand.activator is not None}
+
+    @app.get("/api/v1/replicas")
+    async def replicas() -> dict[str, Any]:
+        t, now = router.table, time.time()
+        return {"serial": t.serial, "replicas": [replica_json(r, now) for r in t.replicas.values()]}
+
+    @app.get("/api/v1/replicas/{replica_id}")
+    async def replica(replica_id: str) -> JSONResponse:
+        r = router.table.replicas.get(replica_id)
+        if r is None:
+            return JSONResponse(error_payload(404, f"no replica {replica_id!r} in state serial "
+                                                   f"{router.table.serial}"), 404)
+        return JSONResponse(replica_json(r, time.time()))
+
+    @app.get("/api/v1/models")
+    async def models() -> dict[str, Any]:
+        t = router.table
+        return {"serial": t.serial,
+                "models": [model_json(router, e) for e in sorted(t.models.values(), key=lambda e: e.name)]}
+
+    @app.get("/api/v1/usage")
+    async def usage(day: str | None = None) -> dict[str, Any]:
+        if day is not None and not _is_day(day):
+            raise StarletteHTTPException(400, "day must be YYYY-MM-DD")
+        return await usage_json(router, day)
+
+    return app
+
+
+def _is_day(day: str) -> bool:
+    try:
+        datetime.strptime(day, "%Y-%m-%d")
+    except ValueError:
+        return False
+    return True
+
+
+def metrics_app(router: Router) -> FastAPI:
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    openai_errors(app)
+    _metrics_route(app, router)
+    return app
