@@ -42,37 +42,61 @@ class StateWatcher:
     def load_now(self) -> None:
         """First load, synchronously: a broken state file at start is an error, not a warning."""
         self.signature = _signature(self.path)
-        self.apply(read_state(self.path))
+        try:
+            state = read_state(self.path)
+        except StateError:
+            raise
+        except Exception as exc:  # e.g. bytes that are not UTF-8: an error, not a traceback
+            raise StateError(f"cannot read the state file {self.path}: {type(exc).__name__}: {exc}",
+                             hint="restore the file from the site (llmgw apply delivers it)") from None
+        self.apply(state)
 
     def poke(self) -> None:
         """Check at once instead of at the next tick (after an activation, say)."""
         self._wake.set()
 
     async def run(self) -> None:
+        """Check forever. Nothing a state file (or the disk) can do ends this loop: any
+        failure is logged once, shown as `error` (on /api/v1/status), and the router keeps
+        routing by the last good state."""
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval)
             self._wake.clear()
-            await self.check()
+            try:
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the loop must outlive whatever went wrong
+                self._report(f"cannot follow the state file {self.path}: {type(exc).__name__}: {exc}")
+
+    def _report(self, message: str) -> None:
+        if self.error != message:
+            log.error("%s; still routing by the last good state", message)
+        self.error = message
 
     async def check(self) -> None:
-        sig = _signature(self.path)
+        try:
+            sig = _signature(self.path)
+        except OSError as exc:
+            self._report(f"cannot stat the state file {self.path}: {exc.strerror or exc}")
+            return
         if sig == self.signature:
             return
         if sig is None:
-            if self.error is None:
-                log.error("state file %s disappeared; still routing by the last state", self.path)
-            self.error = f"state file {self.path} is missing"
+            self._report(f"state file {self.path} is missing")
             self.signature = None
             return
         try:
             state = await asyncio.to_thread(read_state, self.path)
         except StateError as exc:
-            if self.error != exc.message:
-                log.error("%s; still routing by serial of the last good state", exc.message)
-            self.error = exc.message
+            self._report(exc.message)
+            self.signature = sig
+            return
+        except Exception as exc:  # a reader bug or an odd file must not stop the watcher
+            self._report(f"cannot read the state file {self.path}: {type(exc).__name__}: {exc}")
             self.signature = sig
             return
         self.signature = sig
-        self.error = None
         self.apply(state)
+        self.error = None

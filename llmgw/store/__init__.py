@@ -15,6 +15,7 @@ from pathlib import Path
 from llmgw.errors import StoreError
 from llmgw.store.model import GroupRecord, KeyRecord, MinuteCount, UsageDelta, UsageRow
 from llmgw.store.sql import UNSET, PostgresStore, SqliteStore, SqlStore, Unset
+from llmgw.store.urls import redact_url, url_scheme
 
 Store = SqlStore
 
@@ -29,6 +30,7 @@ __all__ = [
     "UsageRow",
     "default_store_url",
     "open_store",
+    "redact_url",
 ]
 
 
@@ -46,5 +48,6 @@ def open_store(url: str) -> Store:
         return SqliteStore(url, Path("/" + rest))
     if url.startswith(("postgresql://", "postgres://")):
         return PostgresStore(url)
-    raise StoreError(f"unknown store URL {url!r}",
+    # Only the scheme: a mistyped scheme must not echo the password that follows it.
+    raise StoreError(f"unknown store URL scheme {url_scheme(url)!r} (in {redact_url(url)})",
                      hint="use sqlite:///path/to/store.sqlite or postgresql://user:pass@host/db")

@@ -16,6 +16,7 @@ Tables (prefixed `llmgw_` so the store can share a database):
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 from llmgw.errors import StoreError
 from llmgw.store.keys import hash_key, new_key, new_key_id, shown_prefix
 from llmgw.store.model import GroupRecord, KeyRecord, MinuteCount, UsageDelta, UsageRow
+from llmgw.store.urls import postgres_url_problem, redact_url, scrub
 
 SCHEMA_VERSION = 1
 
@@ -145,12 +147,7 @@ class SqlStore:
     @property
     def redacted_url(self) -> str:
         """The URL without a password, for messages."""
-        head, sep, tail = self.url.partition("@")
-        if not sep or "://" not in head:
-            return self.url
-        scheme, _, cred = head.partition("://")
-        user = cred.split(":", 1)[0]
-        return f"{scheme}://{user}@{tail}"
+        return redact_url(self.url)
 
     # -- groups --------------------------------------------------------------------------
     def list_groups(self) -> list[GroupRecord]:
@@ -338,7 +335,10 @@ class SqliteStore(SqlStore):
 
     def _connect(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Created owner-only before SQLite opens it (its -wal and -shm files take the
+            # database file's mode): key hashes and usage are nobody else's business.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                        timeout=10.0)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -375,11 +375,16 @@ class PostgresStore(SqlStore):
     def _connect(self) -> None:
         import psycopg
 
+        problem = postgres_url_problem(self.url)
+        if problem is not None:
+            raise StoreError(f"cannot use the store URL {self.redacted_url}: {problem}",
+                             hint="write postgresql://USER:PASSWORD@HOST:PORT/DATABASE, percent-encoding "
+                                  "special characters in the password")
         try:
             self._db = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to the store {self.redacted_url}: "
-                             f"{str(exc).strip().splitlines()[-1]}",
+                             f"{scrub('; '.join(ln.strip() for ln in str(exc).splitlines() if ln.strip()), self.url)}",
                              hint="check that PostgreSQL runs and the URL, user and password are right"
                              ) from None
 
@@ -399,7 +404,8 @@ class PostgresStore(SqlStore):
             with self._db.transaction(), self._db.cursor() as cur:
                 yield cur
         except psycopg.Error as exc:
-            raise StoreError(f"store {self.redacted_url}: {str(exc).strip().splitlines()[0]}") from None
+            raise StoreError(f"store {self.redacted_url}: "
+                             f"{scrub(str(exc).strip().splitlines()[0], self.url)}") from None
 
     def close(self) -> None:
         self._db.close()
