@@ -10,6 +10,12 @@ Host failures are data, not exceptions: a play where some hosts failed or were
 unreachable returns normally, with per-host stats and reasons. A RunnerError means
 Ansible could not run the playbook at all (missing binary, syntax error, bad inventory).
 
+Extra vars are data: Ansible renders any string it trusts as a Jinja template, and it
+trusts extra vars given on its command line, so a catalog value such as
+`{{ lookup('pipe', 'id') }}` would run on the control host. llmgw therefore writes the
+extra vars itself, to the run's `env/extravars` file, with every string (and mapping key)
+tagged `!unsafe`: Ansible then uses them as text and never renders them.
+
 Host keys: Ansible's host key checking is off unless the environment sets
 ANSIBLE_HOST_KEY_CHECKING, because llmgw's own fleets (the lab) are recreated with new
 keys; a lab inventory sets its own `ansible_ssh_common_args` (known-hosts file), and an
@@ -18,7 +24,9 @@ operator who wants strict checking exports ANSIBLE_HOST_KEY_CHECKING=True.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -168,6 +176,44 @@ def ansible_env(forks: int) -> dict[str, str]:
     return env
 
 
+# YAML's printable characters (what a double-quoted scalar may hold unescaped).
+_PRINTABLE = re.compile("[\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _unsafe_str(text: str) -> str:
+    """`text` as a `!unsafe` double-quoted YAML scalar, escaping all but printable characters."""
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif _PRINTABLE.fullmatch(ch):
+            out.append(ch)
+        elif ord(ch) <= 0xFF:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '!unsafe "' + "".join(out) + '"'
+
+
+def unsafe_yaml(value: Any) -> str:
+    """`value` (JSON-like data) as flow-style YAML in which every string is `!unsafe`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return _unsafe_str(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_unsafe_str(str(k))}: {unsafe_yaml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(unsafe_yaml(v) for v in value) + "]"
+    raise TypeError(f"extra var of type {type(value).__name__} cannot be passed to Ansible")
+
+
 def run_playbook(
     playbook: Path,
     inventory: Path,
@@ -225,12 +271,15 @@ def run_playbook(
     env["PATH"] = f"{Path(_ansible_playbook()).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     workdir = Path(tempfile.mkdtemp(prefix="llmgw-run-"))
     try:
+        # ansible-runner passes an `env/extravars` file as `-e @file`; given a dict it would
+        # pass JSON on the command line, which Ansible trusts as templates (see above).
+        (workdir / "env").mkdir(mode=0o700)
+        (workdir / "env" / "extravars").write_text(unsafe_yaml(dict(extravars or {})) + "\n", encoding="utf-8")
         runner = ansible_runner.run(
             private_data_dir=str(workdir),
             playbook=str(playbook.resolve()),
             inventory=str(inventory.resolve()),
             limit=limit,
-            extravars=dict(extravars or {}),
             forks=forks,
             envvars=env,
             cmdline="--check" if check else None,
