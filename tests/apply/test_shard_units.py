@@ -1,5 +1,7 @@
 """Engine command lines for every engine, single- and multi-node, by rendering the role's
 unit template as the role does (these machines have no GPUs to run vLLM or SGLang on).
+The words come from llmgw.engines (tests/engines checks each shape alone and against the
+engines' own parsers); here: that the template quotes them whole, with the unit around.
 
 Each rendered unit is also checked by `systemd-analyze verify`, as the role's
 `validate:` does before installing one.
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
+ROLE = HERE.parents[1] / "roles" / "llmgw_engine"
 VENV_BIN = Path(sys.executable).parent
 
 LEADER, WORKER = "10.0.0.1", "10.0.0.2"
@@ -60,7 +63,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 def render(tmp: Path, shards: list[dict[str, Any]]) -> dict[str, str]:
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-           "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+           "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+           "ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins")}
     extra = json.dumps({"shards": shards, "out_dir": str(tmp)})
     done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(HERE / "render_units.yml"),
                            "-e", extra], capture_output=True, text=True, env=env, check=False, timeout=300)
@@ -100,7 +104,8 @@ def verify(tmp: Path, name: str) -> None:
 def test_vllm_single_node(rendered: tuple[Path, dict[str, str]]) -> None:
     tmp_path, units = rendered
     words, env = exec_start(units["llmgw-big-1-0"]), env_of(units["llmgw-big-1-0"])
-    assert words[:3] == ["/opt/llmgw/engines/vllm/bin/vllm", "serve", "/var/cache/llmgw/abc-model"]
+    assert words[:5] == ["/opt/llmgw/engines/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+                         "--model", "/var/cache/llmgw/abc-model"]
     assert after(words, "--tensor-parallel-size") == "4" and after(words, "--served-model-name") == "big"
     assert after(words, "--port") == "20000"
     assert "--nnodes" not in words and "--headless" not in words

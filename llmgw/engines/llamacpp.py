@@ -1,0 +1,48 @@
+"""llama.cpp command lines: `llama-server` serves the OpenAI API itself; the workers of a
+multi-node replica run `rpc-server`, and rank 0 reaches them with `--rpc`.
+
+llama.cpp's multi-node mode splits the layers across the RPC workers' backends (it is
+pipeline-like, over TCP), so every layer is offloaded (`--n-gpu-layers 999`) whenever
+there are workers or GPUs.
+"""
+
+from __future__ import annotations
+
+from llmgw.engines.shard import Layout, Shard
+
+
+def _server(shard: Shard, layout: Layout, rpc: list[str]) -> list[str]:
+    words = [f"{layout.llamacpp_dir}/llama-server", "--model", shard.model_path, "--alias", shard.model,
+             "--host", layout.listen_address, "--port", str(shard.port), "--metrics",
+             "--parallel", str(layout.llamacpp_parallel)]
+    if rpc:
+        words += ["--rpc", ",".join(rpc)]
+    if rpc or shard.gpus:
+        words += ["--n-gpu-layers", "999"]
+    return words + list(shard.args)
+
+
+def single_node(shard: Shard, layout: Layout) -> list[str]:
+    """One llama-server on one host (GPUs or CPU)."""
+    return _server(shard, layout, [])
+
+
+def rpc_leader(shard: Shard, layout: Layout) -> list[str]:
+    """Rank 0 of a multi-node replica: llama-server, with every worker's rpc-server."""
+    if not shard.workers:
+        raise ValueError(f"a {shard.nodes}-node llama.cpp replica needs its workers in peers")
+    return _server(shard, layout, list(shard.workers))
+
+
+def rpc_worker(shard: Shard, layout: Layout) -> list[str]:
+    """Rank > 0: an rpc-server on the shard's port, bound to the listen address only.
+
+    The catalog's args are llama-server's, not rpc-server's, so none are passed here.
+    """
+    return [f"{layout.llamacpp_dir}/rpc-server", "--host", layout.listen_address, "--port", str(shard.port)]
+
+
+def command(shard: Shard, layout: Layout) -> list[str]:
+    if not shard.multi_node:
+        return single_node(shard, layout)
+    return rpc_leader(shard, layout) if shard.rank == 0 else rpc_worker(shard, layout)

@@ -1,0 +1,75 @@
+"""What an engine command line is built from: one shard of a replica, and the host's layout.
+
+`Shard` is the role's shard entry (roles/llmgw_engine/meta/argument_specs.yml), typed;
+`Layout` is where the role put the engines on this host and what every shard shares.
+Multi-node port arithmetic lives here too, so that every engine agrees on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+INIT_PORT_OFFSET = 10000
+"""vLLM and SGLang ranks meet at the leader's port + this: outside llmgw's shard port
+range, so never another shard's port."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard: the engine serving `model` from `model_path`, rank `rank` of `nodes`."""
+
+    engine: str
+    model: str
+    model_path: str
+    port: int
+    gpus: tuple[int, ...] = ()
+    args: tuple[str, ...] = ()
+    rank: int = 0
+    nodes: int = 1
+    leader: str = ""
+    peers: tuple[str, ...] = ()  # address:port of every shard, in rank order
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def gpus_per_node(self) -> int:
+        """Tensor parallel size inside one node (1 on a CPU)."""
+        return max(len(self.gpus), 1)
+
+    @property
+    def init_port(self) -> int:
+        """Where the ranks of a vLLM or SGLang replica meet: the leader's port + 10000."""
+        leader_port = int(self.peers[0].rsplit(":", 1)[1]) if self.peers else self.port
+        return leader_port + INIT_PORT_OFFSET
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """address:port of every shard but rank 0 (llama.cpp's RPC workers)."""
+        return self.peers[1:]
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> Shard:
+        """A shard entry of the role (defaults filled in), as Ansible hands it over."""
+        return cls(engine=str(entry["engine"]), model=str(entry["model"]), model_path=str(entry["model_path"]),
+                   port=int(entry["port"]), gpus=tuple(int(g) for g in entry.get("gpus") or ()),
+                   args=tuple(str(a) for a in entry.get("args") or ()), rank=int(entry.get("rank") or 0),
+                   nodes=int(entry.get("nodes") or 1), leader=str(entry.get("leader") or ""),
+                   peers=tuple(str(p) for p in entry.get("peers") or ()))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the engines are on the host, and what every shard there shares."""
+
+    install_dir: str = "/opt/llmgw/engines"
+    llamacpp_dir: str = "/opt/llmgw/engines/llamacpp"  # the folder named by the build's checksum
+    listen_address: str = "0.0.0.0"
+    llamacpp_parallel: int = 2
+
+    def venv_python(self, engine: str) -> str:
+        """The Python of an engine's pinned virtualenv."""
+        return f"{self.install_dir}/{engine}/bin/python"

@@ -1,0 +1,42 @@
+"""Every shape of shard the planner can hand an engine, per engine: one GPU (or a CPU),
+tensor parallel on one host, and each rank of two- and three-node replicas, each with
+and without catalog args. tests/engines feeds all of them to the engines' own parsers.
+"""
+
+from __future__ import annotations
+
+from llmgw.engines import Layout, Shard, command
+
+LAYOUT = Layout(install_dir="/opt/llmgw/engines", llamacpp_dir="/opt/llmgw/engines/llamacpp/0123456789abcdef",
+                listen_address="10.0.0.1", llamacpp_parallel=4)
+LEADER = "10.0.0.1"
+MODEL = "/var/cache/llmgw/0123abcd-tiny"
+
+
+def _peers(n: int) -> tuple[str, ...]:
+    return tuple(f"10.0.0.{i + 1}:{20000 + i}" for i in range(n))
+
+
+def shards(engine: str, args: tuple[str, ...] = ()) -> dict[str, Shard]:
+    """Name -> shard, for every shape of `engine`."""
+    base = {"engine": engine, "model": "tiny", "model_path": MODEL, "args": args}
+    out = {"cpu": Shard(port=20000, **base), "one-gpu": Shard(port=20000, gpus=(0,), **base),
+           "tp4": Shard(port=20000, gpus=(0, 1, 2, 3), **base)}
+    for nodes in (2, 3):
+        for rank in range(nodes):
+            out[f"{nodes}-nodes-rank-{rank}"] = Shard(
+                port=20000 + rank, gpus=(0, 1, 2, 3) if engine != "llamacpp" else (), rank=rank, nodes=nodes,
+                leader=LEADER, peers=_peers(nodes), **base)
+    return out
+
+
+def command_lines(engine: str, args: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    return {name: command(s, LAYOUT) for name, s in shards(engine, args).items()}
+
+
+# Catalog args a profile might carry (inventories/example's kind), parsed alongside.
+CATALOG_ARGS = {
+    "llamacpp": ("--ctx-size", "2048", "--flash-attn", "on"),
+    "vllm": ("--max-model-len", "4096", "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16"),
+    "sglang": ("--context-length", "4096", "--mem-fraction-static", "0.85"),
+}

@@ -1,0 +1,94 @@
+"""llmgw.engines: each engine's command line per shape, word for word where it matters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llmgw.engines import INIT_PORT_OFFSET, Layout, Shard, command, llamacpp, sglang, versions, vllm
+from tests.engines.shapes import LAYOUT, LEADER, MODEL, command_lines, shards
+
+
+def after(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def test_llamacpp_single_node_on_cpu_and_gpu() -> None:
+    lines = command_lines("llamacpp", ("--ctx-size", "2048"))
+    cpu = lines["cpu"]
+    assert cpu == ["/opt/llmgw/engines/llamacpp/0123456789abcdef/llama-server", "--model", MODEL, "--alias", "tiny",
+                   "--host", "10.0.0.1", "--port", "20000", "--metrics", "--parallel", "4",
+                   "--ctx-size", "2048"]
+    assert after(lines["one-gpu"], "--n-gpu-layers") == "999" and "--rpc" not in lines["one-gpu"]
+
+
+def test_llamacpp_leader_reaches_every_worker_and_workers_run_rpc_server() -> None:
+    lines = command_lines("llamacpp", ("--ctx-size", "2048"))
+    assert after(lines["3-nodes-rank-0"], "--rpc") == "10.0.0.2:20001,10.0.0.3:20002"
+    assert after(lines["3-nodes-rank-0"], "--n-gpu-layers") == "999"
+    # Workers bind the listen address only, and take none of llama-server's catalog args.
+    assert lines["3-nodes-rank-2"] == ["/opt/llmgw/engines/llamacpp/0123456789abcdef/rpc-server",
+                                       "--host", "10.0.0.1", "--port", "20002"]
+
+
+def test_llamacpp_leader_without_workers_is_refused() -> None:
+    lonely = Shard(engine="llamacpp", model="m", model_path="/m", port=1, nodes=2, peers=("10.0.0.1:1",))
+    with pytest.raises(ValueError, match="needs its workers"):
+        llamacpp.rpc_leader(lonely, LAYOUT)
+
+
+def test_vllm_runs_the_api_server_module_with_tensor_parallel_per_host() -> None:
+    lines = command_lines("vllm")
+    assert lines["cpu"][:3] == ["/opt/llmgw/engines/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert after(lines["cpu"], "--tensor-parallel-size") == "1"
+    assert after(lines["tp4"], "--tensor-parallel-size") == "4"
+    assert "--nnodes" not in lines["tp4"]
+
+
+def test_vllm_ranks_meet_at_the_leaders_port_plus_the_offset() -> None:
+    lines = command_lines("vllm")
+    for rank in (0, 1):
+        words = lines[f"2-nodes-rank-{rank}"]
+        assert after(words, "--pipeline-parallel-size") == "2" and after(words, "--node-rank") == str(rank)
+        assert after(words, "--master-addr") == LEADER
+        assert after(words, "--master-port") == str(20000 + INIT_PORT_OFFSET)
+        assert ("--headless" in words) == (rank > 0)
+
+
+def test_sglang_tp_counts_every_gpu_of_the_replica() -> None:
+    lines = command_lines("sglang")
+    assert after(lines["tp4"], "--tp") == "4"
+    assert after(lines["2-nodes-rank-1"], "--tp") == "8"
+    assert after(lines["2-nodes-rank-1"], "--dist-init-addr") == f"{LEADER}:30000"
+
+
+def test_catalog_args_come_last_and_whole() -> None:
+    odd = ("--chat-template", "{{ messages }} $HOME %s \"q\"")
+    for engine in ("vllm", "sglang", "llamacpp"):
+        words = command(shards(engine, odd)["cpu"], LAYOUT)
+        assert words[-2:] == list(odd)
+
+
+def test_from_entry_reads_the_roles_shard_entry() -> None:
+    entry = {"unit": "llmgw-x-1-0", "engine": "sglang", "model": "x", "model_path": "/m", "port": "20010",
+             "gpus": ["0", "1"], "args": [], "rank": "1", "nodes": "2", "leader": "10.0.0.1",
+             "peers": ["10.0.0.1:20010", "10.0.0.2:20010"], "env": {}, "fabric": ""}
+    s = Shard.from_entry(entry)
+    assert (s.port, s.gpus, s.rank, s.nodes, s.init_port) == (20010, (0, 1), 1, 2, 30010)
+    assert sglang.command(s, Layout()) == command(s, Layout())
+    assert vllm.command(s, Layout())[0] == "/opt/llmgw/engines/vllm/bin/python"
+
+
+def test_unknown_engine_is_an_error_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="llamacpp, sglang, vllm"):
+        command(Shard(engine="tgi", model="m", model_path="/m", port=1), LAYOUT)
+
+
+def test_the_role_pins_the_versions_the_command_lines_are_checked_against() -> None:
+    role = Path(__file__).resolve().parents[2] / "roles" / "llmgw_engine"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    for key, pinned in (("llmgw_engine_vllm_version", versions.VLLM), ("llmgw_engine_sglang_version", versions.SGLANG)):
+        assert defaults[key] == pinned and specs[key]["default"] == pinned
