@@ -28,7 +28,7 @@ from typing import Any
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import Inventory
-from llmgw.planner.plan import Action, Plan, PlannedReplica
+from llmgw.planner import Action, Plan, PlannedReplica
 from llmgw.state import ModelRecord, Replica, ReplicaState, Shard, State, read_state, write_state
 
 Say = Callable[[str], None]

@@ -12,8 +12,8 @@ import dataclasses
 
 from llmgw.catalog.load import Catalog
 from llmgw.errors import PlanError
+from llmgw.planner import Action, Desired, Plan, Summary, UnitRef, make_plan
 from llmgw.planner.inputs import PlanInputs
-from llmgw.planner.plan import Action, Desired, Plan, Summary, UnitRef, make_plan
 from llmgw.state import ModelRecord, State
 
 
@@ -47,7 +47,8 @@ def deactivation_plan(state: State, replica_id: str) -> Plan | None:
     if r is None:
         return None
     units = [UnitRef(node=s.node, unit=s.unit) for s in sorted(r.shards, key=lambda s: s.rank)]
-    action = Action(action="destroy", replica=r.id, model=r.model, reason="idle for its idle_timeout", units=units)
+    action = Action(action="destroy", replica=r.id, model=r.model, code="idle", reason="idle for its idle_timeout",
+                    units=units)
     return Plan(state_serial=state.serial, state_lineage=state.lineage, summary=Summary(destroy=1), actions=[action],
                 desired=Desired(replicas=[], models=_models(state)))
 

@@ -10,9 +10,9 @@ from llmgw.apply.wheelhouse import wheelhouse
 from llmgw.errors import LlmgwError
 from llmgw.facts.cache import read_facts
 from llmgw.inventory import load_inventory
+from llmgw.planner import Plan
 from llmgw.planner.inputs import FabricIndex
 from llmgw.planner.load import fabric_index
-from llmgw.planner.plan import Plan
 from llmgw.site import Site
 
 

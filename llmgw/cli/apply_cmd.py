@@ -7,15 +7,14 @@ import time
 from pathlib import Path
 
 import click
-from pydantic import ValidationError
 from rich import filesize
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from llmgw.apply import applier_for, check_fresh
 from llmgw.cli.output import console, err_console
-from llmgw.errors import PlanError, UsageError
+from llmgw.errors import UsageError
+from llmgw.planner import Plan, load_plan, make_plan
 from llmgw.planner.load import load_inputs
-from llmgw.planner.plan import Plan, make_plan
 from llmgw.planner.render import render_plan
 from llmgw.state import read_state, state_lock
 
@@ -48,12 +47,10 @@ class StepBars:
 
 def _load_plan(path: Path) -> Plan:
     try:
-        return Plan.model_validate_json(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read the plan {path}: {exc.strerror}") from None
-    except ValidationError as exc:
-        raise PlanError(f"{path} is not a llmgw plan: {str(exc).splitlines()[0]}",
-                        hint="save a plan with `llmgw plan --out FILE`") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the plan {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    return load_plan(text, str(path))
 
 
 def register(cli: click.Group) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from llmgw.cli import output
+from llmgw.planner import make_plan
 from llmgw.planner.explain import explain, explanation_json, render_explanation
 from llmgw.planner.load import load_inputs
-from llmgw.planner.plan import make_plan
 from llmgw.planner.render import render_plan
 from llmgw.yamlio import atomic_write
 

@@ -13,7 +13,8 @@ from llmgw.catalog import Model, Profile
 from llmgw.errors import PlanError
 from llmgw.planner.inputs import PlanInputs
 from llmgw.planner.placement import Verdict
-from llmgw.planner.plan import Attempt, Plan, PlannedReplica, Trace, traced_plan
+from llmgw.planner.reconcile import Attempt, Trace, traced_plan
+from llmgw.planner.schema import Plan, PlannedReplica
 
 
 @dataclass(frozen=True)

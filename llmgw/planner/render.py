@@ -7,7 +7,7 @@ then what cannot be placed and why. Golden tests pin the wording.
 
 from __future__ import annotations
 
-from llmgw.planner.plan import Action, Plan, PlannedReplica, PlannedShard, Unplaced
+from llmgw.planner.schema import Action, Plan, PlannedReplica, PlannedShard, Unplaced
 from llmgw.state import Replica, Shard, State
 
 NO_CHANGES = "No changes. The fleet matches the catalog."

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmgw.catalog import Model, format_duration
-from llmgw.planner.plan import Unplaced
+from llmgw.planner import Unplaced
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from llmgw.planner.plan import replica_sort_key
+from llmgw.planner import replica_sort_key
 from llmgw.state import Replica
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData

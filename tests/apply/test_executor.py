@@ -18,8 +18,8 @@ from llmgw.apply import Applier, check_fresh
 from llmgw.apply.hosts import Hosts, Progress, RouterView
 from llmgw.errors import PlanError
 from llmgw.inventory import load_inventory
+from llmgw.planner import Plan, make_plan
 from llmgw.planner.load import load_inputs
-from llmgw.planner.plan import Plan, make_plan
 from llmgw.site import Site
 from llmgw.state import State, read_state, write_state
 from tests.helpers import run_cli

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.planner.plan import Plan
+from llmgw.planner import Plan
 from llmgw.state import read_state, write_state
 from tests.helpers import run_cli
 from tests.planner.test_cli import golden

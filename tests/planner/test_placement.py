@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from llmgw.facts.model import Weights
-from llmgw.planner import MapFabrics, make_plan
-from llmgw.planner.plan import Plan
+from llmgw.planner import MapFabrics, Plan, make_plan
 from llmgw.weights.names import cache_name
 from tests.planner.build import cpu_profile, facts, gpu_profile, gpus, host, inputs, model
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from llmgw.planner import make_plan
-from llmgw.planner.plan import Plan
+from llmgw.planner import Plan, make_plan
 from llmgw.planner.render import render_plan
 from llmgw.state import Replica, Shard, State
 from tests.planner.build import T0, catalog, cpu_profile, facts, gpu_profile, host, inputs, model

@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from llmgw.catalog import Model
 from llmgw.facts.model import HostFacts
 from llmgw.inventory import Host
-from llmgw.planner import MapFabrics, PlanInputs, make_plan
+from llmgw.planner import MapFabrics, Plan, PlanInputs, make_plan
 from llmgw.planner.fleet import BYTES_PER_GB
-from llmgw.planner.plan import Plan
 from llmgw.planner.render import NO_CHANGES, render_plan
 from llmgw.state import State
 from tests.planner.build import catalog, facts, gpus, host, model

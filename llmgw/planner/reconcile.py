@@ -1,0 +1,504 @@
+"""The reconciler: the catalog's wish against the last applied state, as a plan (`schema.py`).
+
+`make_plan(inputs)` is pure and deterministic: the same inputs give byte-identical JSON
+(every list sorted, no clock, no set order leaking). `llmgw apply` consumes the JSON
+(`load_plan`); `schema.py` is the contract between the two.
+
+How the state is reconciled, replica by replica:
+- kept where it runs, unless its node is draining or gone from the inventory, its
+  definition changed (spec hash of source + profile), or the facts show its units gone:
+  then replaced (the new one created first, the old one drained and destroyed after);
+- destroyed when its model left the catalog, when more run than `scaling.max`, or when
+  it was already being drained when the last apply stopped;
+- `scaling.min` replicas are kept running; more (up to max) are left alone, since those
+  are on-demand replicas a router started; min 0 models are listed as on demand.
+Units the facts show on a node that the state does not record are destroyed (drift).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from llmgw.catalog import Model, Profile
+from llmgw.errors import PlanError
+from llmgw.planner.fleet import Fleet, NodeView
+from llmgw.planner.inputs import PlanInputs
+from llmgw.planner.placement import Choice, Need, Verdict, choose, rejections, verdicts
+from llmgw.planner.schema import (
+    Action,
+    Desired,
+    NotMoved,
+    OnDemand,
+    Plan,
+    PlannedReplica,
+    PlannedShard,
+    ReasonCode,
+    Rejection,
+    Summary,
+    UnitRef,
+    Unplaced,
+    replica_sort_key,
+)
+from llmgw.planner.spec import parse_unit, spec_hash, unit_name
+from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
+from llmgw.weights.names import cache_name
+
+
+@dataclass
+class Attempt:
+    """One placement attempt of one replica, recorded for `llmgw explain`."""
+
+    replica: str
+    profiles: list[tuple[str, list[Verdict], list[str]]] = field(default_factory=list)  # profile, verdicts, chosen
+
+
+@dataclass
+class Trace:
+    model: str
+    attempts: list[Attempt] = field(default_factory=list)
+    final_verdicts: dict[str, list[Verdict]] = field(default_factory=dict)
+    stale: set[str] = field(default_factory=set)  # nodes planned with their last good (stale) facts
+
+
+@dataclass
+class _Replacing:
+    old: Replica
+    code: ReasonCode
+    reason: str
+    destroy_if_unplaced: bool
+
+
+def _endpoint(address: str, port: int) -> str:
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"http://{host}:{port}"
+
+
+def _record(m: Model) -> ModelRecord:
+    s = m.scaling
+    return ModelRecord(name=m.name, aliases=list(m.aliases), fallbacks=list(m.fallbacks),
+                       scaling=ScalingRecord(min=s.min, max=s.maximum, idle_timeout=s.idle_timeout))
+
+
+def _record_change(old: ModelRecord, new: ModelRecord) -> str:
+    parts = []
+    for key in ("aliases", "fallbacks"):
+        a, b = getattr(old, key), getattr(new, key)
+        if a != b:
+            parts.append(f"{key} {a} -> {b}")
+    for key in ("min", "max", "idle_timeout"):
+        a, b = getattr(old.scaling, key), getattr(new.scaling, key)
+        if a != b:
+            parts.append(f"scaling.{key} {a} -> {b}")
+    return "; ".join(parts)
+
+
+class _Planner:
+    def __init__(self, inputs: PlanInputs, trace: str | None) -> None:
+        self.inputs = inputs
+        self.catalog = inputs.catalog
+        self.state = inputs.state
+        self.fleet = Fleet(inputs.nodes, inputs.facts, inputs.fabrics, inputs.ports)
+        self.trace = Trace(trace) if trace else None
+        self.used_ids = {r.id for r in self.state.replicas}
+        self.cache_names = {m.source: cache_name(m.source) for m in self.catalog}
+        self.actions: list[Action] = []
+        self.desired: list[PlannedReplica] = []
+        self.unplaced: dict[str, Unplaced] = {}
+        self.target: dict[str, int] = {}
+        self._next_n: dict[str, int] = {}
+        self._specs: dict[tuple[str, str], str] = {}
+        self._needs: dict[tuple[str, str], Need] = {}
+
+    # -- the state, replica by replica -------------------------------------------------
+
+    def _fresh_units(self, node: str) -> tuple[NodeView, set[str]] | None:
+        """A node's units, when its facts are known and current enough to claim drift."""
+        view = self.fleet.by_name.get(node)
+        if view is None or view.facts is None or view.facts.units is None or view.facts.stale:
+            return None
+        return view, {u.name for u in view.facts.units}
+
+    def _missing_units(self, r: Replica) -> list[Shard]:
+        missing = []
+        for s in r.shards:
+            seen = self._fresh_units(s.node)
+            if seen is None or r.created_at is None:
+                continue
+            view, units = seen
+            assert view.facts is not None
+            if s.unit not in units and view.facts.gathered_at > r.created_at:
+                missing.append(s)
+        return missing
+
+    def _profile(self, r: Replica) -> tuple[Model | None, Profile | None]:
+        model = self.catalog.models.get(r.model)
+        profile = next((p for p in model.profiles if p.name == r.profile), None) if model else None
+        return model, profile
+
+    def _reserve(self, r: Replica, skip: Iterable[Shard] = ()) -> None:
+        model, profile = self._profile(r)
+        skipped = {(s.node, s.rank) for s in skip}
+        for s in r.shards:
+            node = self.fleet.by_name.get(s.node)
+            if node is None or (s.node, s.rank) in skipped:
+                continue
+            source = model.source if model else None
+            self.fleet.take(node, s.gpus, profile.min_memory_gb if profile else 0.0, s.port, source,
+                            self.cache_names.get(source or "", ""), self._size(model))
+
+    def _size(self, model: Model | None) -> int | None:
+        return None if model is None else self.inputs.weight_sizes.get(model.source)
+
+    def _destroy(self, r: Replica, code: ReasonCode, reason: str) -> None:
+        units = [UnitRef(node=s.node, unit=s.unit) for s in sorted(r.shards, key=lambda s: (s.rank, s.node))]
+        self.actions.append(Action(action="destroy", replica=r.id, model=r.model, code=code, reason=reason,
+                                   units=units))
+
+    def _classify(self) -> tuple[dict[str, list[Replica]], dict[str, list[_Replacing]]]:
+        kept: dict[str, list[Replica]] = {}
+        replacing: dict[str, list[_Replacing]] = {}
+        for r in sorted(self.state.replicas, key=lambda r: replica_sort_key(r.id, r.model)):
+            model, profile = self._profile(r)
+            missing = self._missing_units(r)
+            self._reserve(r, skip=missing)
+            if r.state == "draining":
+                self._destroy(r, "was_draining", "it was being drained when the last apply stopped")
+                continue
+            if r.state == "starting":
+                # An apply stopped between starting its units and recording it ready: its units
+                # may or may not run, so it is stopped and removed, and replaced when still wanted.
+                self._destroy(r, "was_starting", "it was being started when the last apply stopped")
+                continue
+            if model is None:
+                self._destroy(r, "model_removed", f"model {r.model} is no longer in the catalog")
+                continue
+            gone = sorted({s.node for s in r.shards if s.node not in self.fleet.by_name})
+            draining = sorted({s.node for s in r.shards if s.node in self.fleet.by_name
+                               and self.fleet.by_name[s.node].host.node_state == "draining"})
+            why: _Replacing | None = None
+            if gone:
+                why = _Replacing(r, "node_gone", f"node {', '.join(gone)} is gone from the inventory", True)
+            elif missing:
+                units = ", ".join(f"{s.unit} on {s.node}" for s in missing)
+                why = _Replacing(r, "units_gone", f"its units are gone from the hosts ({units})", True)
+            elif draining:
+                why = _Replacing(r, "node_draining", f"node {', '.join(draining)} is draining", False)
+            elif profile is None:
+                why = _Replacing(r, "profile_removed", f"profile {r.profile} is no longer in the catalog", False)
+            elif self._spec(model, profile) != r.spec_hash:
+                why = _Replacing(r, "definition_changed",
+                                 f"its definition changed (source or profile {profile.name})", False)
+            if why is None:
+                kept.setdefault(r.model, []).append(r)
+            else:
+                replacing.setdefault(r.model, []).append(why)
+        return kept, replacing
+
+    def _strays(self) -> None:
+        """Units on a node that no replica in the state records: drift, destroyed."""
+        recorded = {(s.node, s.unit) for r in self.state.replicas for s in r.shards}
+        found: dict[str, list[UnitRef]] = {}
+        for node in self.fleet.nodes:
+            seen = self._fresh_units(node.name)
+            if seen is None:
+                continue
+            for unit in sorted(seen[1]):
+                parsed = parse_unit(unit)
+                if parsed is not None and (node.name, unit) not in recorded:
+                    found.setdefault(parsed[0], []).append(UnitRef(node=node.name, unit=unit))
+        for rid, units in sorted(found.items()):
+            self.used_ids.add(rid)
+            model = rid.rsplit("-", 1)[0]
+            where = ", ".join(f"{u.unit} on {u.node}" for u in units)
+            self.actions.append(Action(action="destroy", replica=rid, model=model, stray=True, units=units,
+                                       code="stray", reason=f"the state records no such replica ({where})"))
+
+    # -- placement ------------------------------------------------------------------------
+
+    def _new_id(self, model: str) -> str:
+        """`<model>-<n>` with the smallest n in use nowhere (state, strays, this plan)."""
+        n = self._next_n.get(model, 1)
+        while f"{model}-{n}" in self.used_ids:
+            n += 1
+        self._next_n[model] = n + 1
+        rid = f"{model}-{n}"
+        self.used_ids.add(rid)
+        return rid
+
+    def _spec(self, model: Model, profile: Profile) -> str:
+        key = (model.name, profile.name)
+        if key not in self._specs:
+            self._specs[key] = spec_hash(model, profile)
+        return self._specs[key]
+
+    def _need(self, model: Model, profile: Profile) -> Need:
+        key = (model.name, profile.name)
+        need = self._needs.get(key)
+        if need is None:
+            need = Need(model, profile, self.cache_names[model.source], self._size(model))
+            self._needs[key] = need
+        return need
+
+    def _allocate(self, rid: str, model: Model, profile: Profile, choice: Choice) -> PlannedReplica:
+        shards = []
+        size = self._size(model)
+        for rank, node in enumerate(choice.nodes):
+            gpus = node.free(profile.gpu_class)[:profile.gpus]
+            port = node.free_port(self.fleet.ports)
+            assert port is not None and len(gpus) == profile.gpus
+            self.fleet.take(node, gpus, profile.min_memory_gb, port, model.source,
+                            self.cache_names[model.source], size)
+            shards.append(PlannedShard(node=node.name, rank=rank, gpus=gpus, port=port, unit=unit_name(rid, rank),
+                                       address=node.host.mgmt_address))
+        return PlannedReplica(
+            id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
+            endpoint=_endpoint(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
+            status="new", fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
+            args=list(profile.args), env=dict(profile.env))
+
+    def _place(self, model: Model, rid_for: str) -> tuple[PlannedReplica | None, list[Rejection]]:
+        """One replica of `model`, trying its profiles in catalog order."""
+        attempt = Attempt(rid_for) if self.trace and self.trace.model == model.name else None
+        for profile in model.profiles:
+            if self._unservable(model, profile):
+                continue
+            need = self._need(model, profile)
+            choice = choose(self.fleet, need)
+            if attempt is not None:
+                picked = [n.name for n in choice.nodes] if choice else []
+                attempt.profiles.append((profile.name, verdicts(self.fleet, need), picked))
+            if choice is not None:
+                if attempt is not None and self.trace is not None:
+                    self.trace.attempts.append(attempt)
+                return self._allocate(self._new_id(model.name), model, profile, choice), []
+        if attempt is not None and self.trace is not None:
+            self.trace.attempts.append(attempt)
+        found: list[Rejection] = []
+        for profile in model.profiles:
+            unservable = self._unservable(model, profile)
+            found.extend(Rejection(profile=profile.name, node=None, fabric=None, reason=f"not servable: {reason}")
+                         for reason in unservable)
+            if unservable:
+                continue
+            for v in rejections(self.fleet, self._need(model, profile)):
+                assert v.reason is not None
+                found.append(Rejection(profile=profile.name, node=v.node, fabric=v.fabric, reason=v.reason))
+        return None, found
+
+    def _unservable(self, model: Model, profile: Profile) -> Sequence[str]:
+        """Why llama-server cannot load this model's GGUF (llama.cpp profiles only)."""
+        return self.inputs.unservable.get(model.source, ()) if profile.engine == "llamacpp" else ()
+
+    def _kept(self, r: Replica) -> PlannedReplica:
+        shards = [PlannedShard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit,
+                               address=self.fleet.by_name[s.node].host.mgmt_address
+                               if s.node in self.fleet.by_name else "")
+                  for s in sorted(r.shards, key=lambda s: s.rank)]
+        fabric = None
+        if len(shards) > 1:
+            views = [self.fleet.by_name.get(s.node) for s in shards]
+            common = set.intersection(*(set(v.fabrics) if v else set() for v in views))
+            fabric = min(common) if common else None
+        return PlannedReplica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, shards=shards,
+                              endpoint=r.endpoint, spec_hash=r.spec_hash, status="kept", fabric=fabric)
+
+    def _unplaced(self, model: Model) -> Unplaced:
+        entry = self.unplaced.get(model.name)
+        if entry is None:
+            entry = Unplaced(model=model.name, wanted=0, placed=0)
+            self.unplaced[model.name] = entry
+        return entry
+
+    def _reject(self, model: Model, found: list[Rejection], not_moved: NotMoved | None = None) -> None:
+        entry = self._unplaced(model)
+        update: dict[str, object] = {}
+        if found and not entry.rejections:
+            update["rejections"] = found
+        if not_moved is not None:
+            update["not_moved"] = [*entry.not_moved, not_moved]
+        self.unplaced[model.name] = entry.model_copy(update=update)
+
+    def run(self) -> Plan:
+        kept, replacing = self._classify()
+        self._strays()
+        failed: set[str] = set()
+        live: dict[str, int] = {}
+        # Scale down first: no point moving a replica that is about to be destroyed.
+        for model in self.catalog:
+            ks = sorted(kept.get(model.name, []), key=lambda r: replica_sort_key(r.id, r.model))
+            rs = sorted(replacing.get(model.name, []), key=lambda x: replica_sort_key(x.old.id, x.old.model))
+            over = len(ks) + len(rs) - model.scaling.maximum
+            while over > 0 and rs:
+                x = rs.pop()
+                self._destroy(x.old, "scaling_max", f"scaling.max is {model.scaling.maximum}")
+                over -= 1
+            if over > 0:
+                # Replicas on cordoned nodes go first (the operator wants those nodes emptied),
+                # then the newest.
+                def cordoned(r: Replica) -> bool:
+                    return any(self.fleet.by_name[s.node].host.node_state == "cordoned"
+                               for s in r.shards if s.node in self.fleet.by_name)
+
+                def newest_first(r: Replica) -> tuple[bool, int, str]:
+                    return (not cordoned(r), -replica_sort_key(r.id, r.model)[1], r.id)
+
+                victims = sorted(ks, key=newest_first)[:over]
+                for r in sorted(victims, key=lambda r: replica_sort_key(r.id, r.model)):
+                    self._destroy(r, "scaling_max", f"scaling.max is {model.scaling.maximum}")
+                ks = [r for r in ks if r not in victims]
+            kept[model.name], replacing[model.name] = ks, rs
+            live[model.name] = len(ks) + len(rs)
+            self.target[model.name] = max(model.scaling.min, live[model.name])
+            self.desired.extend(self._kept(r) for r in ks)
+        # Replacements before new replicas: they carry traffic today.
+        todo = sorted((x for xs in replacing.values() for x in xs),
+                      key=lambda x: replica_sort_key(x.old.id, x.old.model))
+        for x in todo:
+            model = self.catalog.models[x.old.model]
+            found: list[Rejection] = []
+            if model.name in failed:
+                new = None
+            else:
+                new, found = self._place(model, f"replacement of {x.old.id}")
+            if new is not None:
+                self.desired.append(new)
+                self.actions.append(Action(action="replace", replica=new.id, model=model.name, code=x.code,
+                                           reason=x.reason, replaces=x.old.id))
+                continue
+            failed.add(model.name)
+            if x.destroy_if_unplaced:
+                self._destroy(x.old, "no_replacement", f"{x.reason}; no node can take a replacement")
+                live[model.name] -= 1
+                self._reject(model, found, NotMoved(replica=x.old.id, code=x.code,
+                                                    reason=f"{x.reason}; destroyed, since nothing runs there"))
+            else:
+                self.desired.append(self._kept(x.old))
+                self._reject(model, found, NotMoved(replica=x.old.id, code=x.code,
+                                                    reason=f"{x.reason}; it stays until a replacement fits"))
+        self._place_new(live, failed)
+        return self._finish()
+
+    def _place_new(self, live: dict[str, int], failed: set[str]) -> None:
+        """New replicas in rounds (every model's first, then every model's second...), biggest first.
+
+        Rounds keep one model with a large `min` from taking the fleet before the others
+        have one replica each; biggest first keeps whole nodes for multi-node replicas.
+        """
+        def size(m: Model) -> int:
+            p = m.profiles[0]
+            return p.nodes * max(p.gpus, 0)
+
+        order = sorted(self.catalog, key=lambda m: (-size(m), m.name))
+        missing = {m.name: max(0, m.scaling.min - live[m.name]) for m in order}
+        start = dict(live)
+        rnd = 0
+        while True:
+            todo = [m for m in order if missing[m.name] > rnd and m.name not in failed]
+            if not todo:
+                break
+            for model in todo:
+                new, found = self._place(model, f"replica {start[model.name] + rnd + 1} of {model.scaling.min}")
+                if new is None:
+                    failed.add(model.name)
+                    self._reject(model, found)
+                    continue
+                self.desired.append(new)
+                have = start[model.name]
+                reason = (f"scaling.min is {model.scaling.min} and "
+                          + ("none runs" if have == 0 else f"{have} run" + ("s" if have == 1 else "")))
+                self.actions.append(Action(action="create", replica=new.id, model=model.name, code="scaling_min",
+                                           reason=reason))
+                live[model.name] += 1
+            rnd += 1
+
+    def _finish(self) -> Plan:
+        records = [_record(m) for m in self.catalog]
+        old = {m.name: m for m in self.state.models}
+        touched = {a.model for a in self.actions}
+        updates = []
+        for rec in records:
+            prev = old.get(rec.name)
+            if prev is None and rec.name not in touched:
+                updates.append(Action(action="update", replica=None, model=rec.name, code="model_new",
+                                      reason="new in the catalog; the routers learn of it"))
+            elif prev is not None and prev != rec and rec.name not in touched:
+                updates.append(Action(action="update", replica=None, model=rec.name, code="model_changed",
+                                      reason=_record_change(prev, rec)))
+        names = {r.name for r in records}
+        for name in sorted(set(old) - names - touched):
+            updates.append(Action(action="update", replica=None, model=name, code="model_gone",
+                                  reason="no longer in the catalog; the routers forget it"))
+
+        def natural(a: Action) -> tuple[str, int, str]:
+            return replica_sort_key(a.replica or "", a.model)
+
+        rank = {"create": 0, "replace": 0, "update": 1, "destroy": 2}
+        actions = sorted([*self.actions, *updates], key=lambda a: (rank[a.action], *natural(a)))
+        desired = sorted(self.desired, key=lambda r: replica_sort_key(r.id, r.model))
+        placed: dict[str, int] = {}
+        for r in desired:
+            placed[r.model] = placed.get(r.model, 0) + 1
+        unplaced = []
+        for name, entry in sorted(self.unplaced.items()):
+            unplaced.append(entry.model_copy(update={"wanted": self.target[name], "placed": placed.get(name, 0),
+                                                     "not_moved": sorted(entry.not_moved, key=lambda n: n.replica)}))
+        on_demand = [OnDemand(model=m.name, max=m.scaling.maximum, idle_timeout=m.scaling.idle_timeout,
+                              running=placed.get(m.name, 0)) for m in self.catalog if m.scaling.min == 0]
+        summary = Summary(
+            add=sum(a.action in ("create", "replace") for a in actions),
+            change=sum(a.action == "update" for a in actions),
+            destroy=sum(a.action in ("destroy", "replace") for a in actions))
+        if self.trace is not None:
+            self.trace.stale = {n.name for n in self.fleet.nodes if n.facts is not None and n.facts.stale}
+            for m in self.catalog:
+                if m.name == self.trace.model:
+                    self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
+        return Plan(state_serial=self.state.serial, state_lineage=self.state.lineage, summary=summary,
+                    actions=actions, desired=Desired(replicas=desired, models=records), unplaced=unplaced,
+                    on_demand=on_demand, notes=self._notes())
+
+    def _notes(self) -> list[str]:
+        notes = []
+        for n in self.fleet.nodes:
+            f = n.facts
+            if f is None:
+                notes.append(f"{n.name}: no facts gathered yet; only profiles without GPUs can go there "
+                             "(run `llmgw facts`)")
+            elif f.stale_since is not None:
+                why = f" ({f.stale_reason})" if f.stale_reason else ""
+                notes.append(f"{n.name}: facts are stale since {f.stale_since.isoformat()}{why}; "
+                             "planned with its last good facts")
+        return notes
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: planning allocates many small objects that live until
+    the end, and repeated full collections over them cost a third of the time on large fleets."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def make_plan(inputs: PlanInputs) -> Plan:
+    """The plan for `inputs`: pure, deterministic, every list in a stable order."""
+    with _no_gc():
+        return _Planner(inputs, None).run()
+
+
+def traced_plan(inputs: PlanInputs, model: str) -> tuple[Plan, Trace]:
+    """The same plan, recording every placement attempt of `model` for `llmgw explain`."""
+    if model not in inputs.catalog.models:
+        raise PlanError(f"{model} is not a model in the catalog")
+    planner = _Planner(inputs, model)
+    with _no_gc():
+        plan = planner.run()
+    assert planner.trace is not None
+    return plan, planner.trace

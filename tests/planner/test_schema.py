@@ -1,0 +1,48 @@
+"""The plan schema as apply and scripts read it: its version is checked, its reasons carry codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmgw.errors import PlanError
+from llmgw.planner import PLAN_VERSION, REASON_CODES, load_plan, make_plan
+from llmgw.state import State
+from tests.planner.build import facts, gpu_profile, host, inputs, model
+
+M = model("m", gpu_profile(gpus=4), min=2)
+HOSTS = [host("a", address="10.0.0.1"), host("b", address="10.0.0.2")]
+FACTS = [facts("a", 4), facts("b", 4)]
+
+
+def test_plan_round_trips_with_its_version() -> None:
+    plan = make_plan(inputs([M], HOSTS, FACTS))
+    assert json.loads(plan.to_json())["version"] == PLAN_VERSION
+    assert load_plan(plan.to_json(), "p.json") == plan
+
+
+@pytest.mark.parametrize("version", [2, 0, None, "1"])
+def test_a_plan_of_another_version_is_refused_by_name(version: object) -> None:
+    raw = json.loads(make_plan(inputs([M], HOSTS, FACTS)).to_json())
+    raw["version"] = version
+    with pytest.raises(PlanError, match=rf"p.json is a plan of version {version!r}; this llmgw reads version 1"):
+        load_plan(json.dumps(raw), "p.json")
+
+
+@pytest.mark.parametrize("text", ["", "[]", "{not json", '{"version": 1}'])
+def test_not_a_plan_is_refused(text: str) -> None:
+    with pytest.raises(PlanError, match=r"p\.json is"):
+        load_plan(text, "p.json")
+
+
+def test_actions_carry_a_code_beside_the_prose() -> None:
+    plan = make_plan(inputs([M], HOSTS, FACTS))
+    assert [(a.action, a.code) for a in plan.actions] == [("create", "scaling_min"), ("create", "scaling_min")]
+    state = plan.applied(State(lineage="test"))
+    hosts = [host("a", "draining", address="10.0.0.1"), host("b", address="10.0.0.2"), host("c", address="10.0.0.3")]
+    again = make_plan(inputs([M], hosts, [*FACTS, facts("c", 4)], state=state))
+    assert [(a.action, a.code, a.reason) for a in again.actions] == [("replace", "node_draining", "node a is draining")]
+    gone = make_plan(inputs([], HOSTS, FACTS, state=state))
+    assert {a.code for a in gone.actions} == {"model_removed", "model_gone"}
+    assert all(a.code in REASON_CODES for a in [*plan.actions, *again.actions, *gone.actions])
