@@ -91,6 +91,10 @@ class Site:
 
     @property
     def state_file(self) -> Path:
+        """The state file; with `state: postgresql://...`, the last copy read from PostgreSQL (what
+        routers are sent, kept in `.llmgw/` of the site). llmgw.state.backend_for opens the backend."""
+        if self.config.state.startswith(("postgresql://", "postgres://")):
+            return self.root / ".llmgw" / "state.json"
         return self.path(self.config.state)
 
     @property

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "llmgw.cli.keys_cmd",
     "llmgw.cli.plan_cmd",
     "llmgw.cli.apply_cmd",
+    "llmgw.cli.state_cmd",
     "llmgw.cli.edit_cmd",
     "llmgw.cli.views_cmd",
     "llmgw.cli.weights_cmd",

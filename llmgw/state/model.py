@@ -1,4 +1,4 @@
-"""The applied state: the record of what runs where, and the router's only input.
+"""The applied state's schema: the record of what runs where, and the router's only input.
 
 Schema version 1 (pinned; README "State file" documents it):
 
@@ -8,27 +8,21 @@ Schema version 1 (pinned; README "State file" documents it):
                    "endpoint": "http://host:port", "created_at",
                    "shards": [{"node", "rank", "gpus", "port", "unit"}]}]}
 
-Written atomically (temp file, fsync, rename) under an exclusive lock, and `serial`
+A backend (llmgw.state.local, llmgw.state.postgres) writes it under a lock, and `serial`
 grows by one on every write, so a plan made against serial N is refused once the
 state has moved on.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmgw.errors import StateError
-from llmgw.yamlio import atomic_write
 
 STATE_VERSION = 1
 ReplicaState = Literal["starting", "ready", "draining"]
@@ -92,54 +86,12 @@ class State(_Model):
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
 
 
-def read_state(path: Path) -> State:
-    """The state at `path`; an absent file is the empty state at serial 0."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return State(lineage="")
-    except OSError as exc:
-        raise StateError(f"cannot read state file {path}: {exc.strerror}") from None
+def parse_state(text: str, where: str) -> State:
+    """A state from its JSON text; `where` names its origin in the error."""
     try:
         return State.model_validate_json(text)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise StateError(f"state file {path} is not a llmgw state (version 1): {where}: {first['msg']}",
+        loc = ".".join(str(p) for p in first["loc"])
+        raise StateError(f"{where} is not a llmgw state (version 1): {loc}: {first['msg']}",
                          hint="restore it from version control or a backup; llmgw never edits it by hand") from None
-
-
-def write_state(path: Path, state: State, *, expect_serial: int | None = None) -> State:
-    """Write `state` with serial + 1 and return what was written.
-
-    With `expect_serial`, refuse when the file on disk has moved on since it was read:
-    two writers must never silently overwrite each other.
-    """
-    current = read_state(path)
-    if expect_serial is not None and current.serial != expect_serial:
-        raise StateError(f"state file {path} changed underneath (serial {current.serial}, "
-                         f"expected {expect_serial})", hint="re-run the command to work from the newest state")
-    lineage = state.lineage or current.lineage or str(uuid.uuid4())
-    new = state.model_copy(update={"serial": current.serial + 1, "lineage": lineage})
-    atomic_write(path, new.to_json())
-    return new
-
-
-@contextmanager
-def state_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock beside the state file; a second holder is refused at once."""
-    lock_path = path.with_name(path.name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            raise StateError(f"the state {path} is locked by {holder}",
-                             hint="wait for the other apply to finish; the lock is released when it exits") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} since {datetime.now().isoformat(timespec='seconds')}".encode(), 0)
-        yield
-    finally:
-        os.close(fd)

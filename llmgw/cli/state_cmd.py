@@ -1,0 +1,188 @@
+"""`llmgw state ...`: terraform's state verbs over the site's state backend.
+
+    list               every serial kept, newest first, with who wrote it, when, from what
+    show [SERIAL]      one serial (default the newest): models and replicas, or --json
+    pull               the newest state as JSON on stdout (or --out FILE)
+    push FILE          replace the newest state, refused for an older serial or another
+                       lineage unless --force (which says what it loses)
+    lock-info          who holds the lock, doing what, until when
+    unlock LOCK_ID     break a dead holder's lock
+    migrate --to URL   copy the state into an empty backend, keeping serial and lineage
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from llmgw.cli import output
+from llmgw.errors import StateError, UsageError
+from llmgw.state import State, WriteMeta, backend_for, git_commit, open_backend, parse_state
+from llmgw.yamlio import atomic_write
+
+if TYPE_CHECKING:
+    from llmgw.cli import AppContext
+
+
+def _when(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value is not None else "-"
+
+
+@click.group("state")
+def state_group() -> None:
+    """Inspect and move the applied state (a file, or PostgreSQL for several operators)."""
+
+
+@state_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def list_cmd(app: AppContext, as_json: bool) -> None:
+    """Every serial the backend keeps, newest first, with its author, time, plan and git commit."""
+    with backend_for(app.site) as backend:
+        records = sorted(backend.history(), key=lambda r: -r.serial)
+        where = backend.where
+    if as_json:
+        output.print_json({"backend": where, "serials": [r.as_json() for r in records]})
+        return
+    if not records:
+        output.console.print(f"The state at {where} is empty: nothing was applied yet.")
+        return
+    rows = [[str(r.serial), _when(r.written_at), r.author, r.operation, r.plan or "-", (r.git_commit or "-")[:14],
+             r.lineage[:8]] for r in records]
+    output.console.print(output.table(["SERIAL", "WRITTEN", "AUTHOR", "OPERATION", "PLAN", "COMMIT", "LINEAGE"],
+                                      rows))
+
+
+def _show_text(state: State, where: str) -> None:
+    c = output.console
+    c.print(f"State serial {state.serial}, lineage {state.lineage or '(none yet)'}, at {where}")
+    if state.models:
+        c.print(output.table(["MODEL", "ALIASES", "MIN", "MAX"],
+                             [[m.name, ", ".join(m.aliases) or "-", str(m.scaling.min), str(m.scaling.max)]
+                              for m in state.models]))
+    if state.replicas:
+        c.print(output.table(["REPLICA", "MODEL", "STATE", "ENDPOINT", "SHARDS"],
+                             [[r.id, r.model, r.state, r.endpoint,
+                               ", ".join(f"{s.unit} on {s.node}" for s in r.shards)] for r in state.replicas]))
+    else:
+        c.print("No replicas.")
+
+
+@state_group.command("show")
+@click.argument("serial", required=False, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print the state document itself.")
+@click.pass_obj
+def show_cmd(app: AppContext, serial: int | None, as_json: bool) -> None:
+    """One serial of the state (default: the newest)."""
+    with backend_for(app.site) as backend:
+        state = backend.read() if serial is None else backend.read_serial(serial)
+        where = backend.where
+    if as_json:
+        sys.stdout.write(state.to_json())
+    else:
+        _show_text(state, where)
+
+
+@state_group.command("pull")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write it to FILE instead of stdout.")
+@click.pass_obj
+def pull_cmd(app: AppContext, out: Path | None) -> None:
+    """The newest state as JSON, to edit offline and `push` back, or to keep as a backup."""
+    with backend_for(app.site) as backend:
+        state = backend.read()
+    if out is None:
+        sys.stdout.write(state.to_json())
+    else:
+        atomic_write(out, state.to_json())
+        output.err_console.print(f"Wrote serial {state.serial} (lineage {state.lineage or 'none'}) to {out}.")
+
+
+def _read_file(path: Path) -> State:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_state(text, str(path))
+
+
+@state_group.command("push")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Push even an older serial or another lineage (says what it loses).")
+@click.pass_obj
+def push_cmd(app: AppContext, file: Path, force: bool) -> None:
+    """Make FILE the newest state, written as the next serial, under the lock."""
+    state = _read_file(file)
+    with backend_for(app.site) as backend, backend.lock("push"):
+        written = backend.push(state, force=force, meta=WriteMeta("push", git_commit=git_commit(app.site.root)))
+    output.console.print(f"Pushed {file} as serial {written.serial} (lineage {written.lineage}) to {backend.where}.")
+
+
+@state_group.command("lock-info")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def lock_info_cmd(app: AppContext, as_json: bool) -> None:
+    """Who holds the state's lock, doing what, and until when its lease runs."""
+    with backend_for(app.site) as backend:
+        info = backend.lock_info()
+        where = backend.where
+    if as_json:
+        output.print_json({"backend": where, "lock": info.as_json() if info else None})
+    elif info is None:
+        output.console.print(f"The state at {where} is not locked.")
+    else:
+        output.console.print(output.table(
+            ["LOCK ID", "HOLDER", "OPERATION", "SINCE", "LEASE UNTIL"],
+            [[info.id, info.holder, info.operation, _when(info.acquired_at),
+              _when(info.expires_at) if info.expires_at else "while its process runs"]]))
+
+
+@state_group.command("unlock")
+@click.argument("lock_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def unlock_cmd(app: AppContext, lock_id: str, yes: bool) -> None:
+    """Break the lock LOCK_ID, when its holder is gone and you cannot wait for its lease.
+
+    A holder that still runs loses its lock: its next write is refused (fencing), so
+    nothing is lost, but its apply stops half way and a new plan finishes it."""
+    with backend_for(app.site) as backend:
+        info = backend.lock_info()
+        if info is not None and info.id == lock_id and not yes:
+            if not sys.stdin.isatty():
+                raise UsageError("unlock needs confirmation, and this is not a terminal", hint="pass --yes")
+            if not click.confirm(f"Break the lock held by {info.describe()}?", default=False):
+                output.console.print("Left the lock alone.")
+                return
+        broken = backend.unlock(lock_id)
+    output.console.print(f"Broke the lock {broken.id} held by {broken.holder} ({broken.operation}).")
+
+
+@state_group.command("migrate")
+@click.option("--to", "target", required=True, metavar="URL_OR_PATH",
+              help="An empty backend: postgresql://user@host/db (password from $LLMGW_STATE_PASSWORD...) or a path.")
+@click.pass_obj
+def migrate_cmd(app: AppContext, target: str) -> None:
+    """Copy the newest state into an empty backend, keeping its serial and lineage.
+
+    The source is locked meanwhile; afterwards set `state:` in llmgw.yaml to the target."""
+    site = app.site
+    with backend_for(site) as source, source.lock("migrate"):
+        state = source.read()
+        if not state.serial:
+            raise StateError(f"the state at {source.where} is empty: nothing to migrate",
+                             hint=f"set `state: {target}` in llmgw.yaml and apply from there")
+        with open_backend(target, root=site.root, where="--to") as dest:
+            written = dest.seed(state, WriteMeta("migrate", git_commit=git_commit(site.root)))
+            where = dest.where
+    output.console.print(f"Copied serial {written.serial} (lineage {written.lineage}) from {source.where} "
+                         f"to {where}.")
+    output.console.print(f"Now set `state: {target}` in {site.root / 'llmgw.yaml'} and commit it, so every "
+                         "checkout plans against the same state.")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(state_group)

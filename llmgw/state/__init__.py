@@ -1,0 +1,48 @@
+"""The applied state: its schema, and the backends that keep it.
+
+    model.py     the schema (State, Replica, Shard, ModelRecord), pinned at version 1
+    backend.py   what every backend offers: read, compare-and-set write, a named lock, history
+    local.py     a file on this machine (the default): atomic writes, an flock
+    postgres.py  PostgreSQL: every serial kept, a leased lock, fencing, NOTIFY on write
+    select.py    which backend a site uses (`state:` in llmgw.yaml), and its password
+"""
+
+from llmgw.state.backend import LockInfo, SerialRecord, StateBackend, WriteMeta, default_author, git_commit
+from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
+from llmgw.state.model import (
+    STATE_VERSION,
+    ModelRecord,
+    Replica,
+    ReplicaState,
+    ScalingRecord,
+    Shard,
+    State,
+    parse_state,
+)
+from llmgw.state.postgres import PostgresBackend
+from llmgw.state.select import backend_for, is_state_url, open_backend
+
+__all__ = [
+    "STATE_VERSION",
+    "LocalBackend",
+    "LockInfo",
+    "ModelRecord",
+    "PostgresBackend",
+    "Replica",
+    "ReplicaState",
+    "ScalingRecord",
+    "SerialRecord",
+    "Shard",
+    "State",
+    "StateBackend",
+    "WriteMeta",
+    "backend_for",
+    "default_author",
+    "git_commit",
+    "is_state_url",
+    "open_backend",
+    "parse_state",
+    "read_state",
+    "state_lock",
+    "write_state",
+]
