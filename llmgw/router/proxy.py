@@ -8,7 +8,14 @@ The path of a request:
    with its replicas least-loaded first; an on-demand model with nothing running is
    started and the request held until it can answer;
 3. an attempt that fails before the first response byte (connect error, 502/503/504,
-   first-byte timeout, connection dropped) marks the replica failed and moves on;
+   first-byte timeout, connection dropped) counts a failure against the replica and
+   moves on (table.py decides when failures eject it). A failure that is not the
+   replica's fault — the request could not be written into a pooled keep-alive
+   connection the engine had closed, or the engine dropped that connection before any
+   response byte — is retried on a fresh connection (to the same replica when it is the
+   only one) and counts against nothing. When every ready replica is ejected they are
+   tried anyway (panic mode). One deadline covers all attempts (`request_timeout`), and
+   a replica that timed out is never tried again for the same request;
 4. the first byte commits the attempt: status and headers go out, then every chunk as
    it arrives. A failure after that cannot be retried: a stream gets an SSE `error`
    event (the OpenAI SDKs raise it), other bodies are cut off;
@@ -37,7 +44,7 @@ from llmgw.router.ondemand import OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
 from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner
-from llmgw.router.table import ModelEntry, ReplicaRuntime, RoutingTable
+from llmgw.router.table import EjectionPolicy, ModelEntry, ReplicaRuntime, RoutingTable
 from llmgw.router.usage import Clock, UsageRecorder
 
 log = logging.getLogger("llmgw.router")
@@ -89,6 +96,15 @@ class _CutOff(Exception):
 
 class _Retry(Exception):
     """This attempt failed before its first byte; try elsewhere."""
+
+
+class _Stale(Exception):
+    """The pooled connection was dead before the engine could have read the request: not
+    the replica's fault; try again on a fresh connection."""
+
+
+class _Deadline(Exception):
+    """The request's overall deadline passed before any replica answered."""
 
 
 class ClientGone(Exception):
@@ -225,6 +241,15 @@ class Proxy:
         self.clock = clock
         self.ondemand = ondemand
         self.flights: set[Flight] = set()
+        self.policy = EjectionPolicy(threshold=settings.eject_after_failures, max_share=settings.max_ejected_share,
+                                     base=settings.backoff_base, cap=settings.backoff_max)
+
+    def fresh_session(self) -> aiohttp.ClientSession:
+        """A one-off client whose connections are new and never pooled (a retry after a stale one)."""
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True, limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout),
+            auto_decompress=False, skip_auto_headers=("User-Agent",))
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
                      path: str, usage_capable: bool) -> None:
@@ -298,49 +323,61 @@ class Proxy:
                      path: str, usage_capable: bool, principal: Principal, send: Send,
                      started: float, flight: Flight) -> int:
         inject = wants_injection(req, usage_capable)
-        tried: set[str] = set()
+        tried: set[str] = set()  # replicas that failed or timed out on this request: never again
         attempts = 0
+        fresh = False  # after a stale pooled connection, this request uses new connections only
         refusal: RouterError | None = None
-        for target in table.chain(entry):
-            now = time.monotonic()
-            if target.on_demand:
-                self.ondemand.touch(target.name)
-                if not target.routable(now):
+        deadline = flight.started + self.settings.request_timeout
+        bodies: dict[str, bytes] = {}
+        # Normal pass, then panic: the ejected `ready` replicas of the chain, rather than a 503.
+        for panic in (False, True):
+            for target in table.chain(entry):
+                if target.on_demand and not panic:
+                    self.ondemand.touch(target.name)
+                    if not target.routable(time.monotonic()):
+                        try:
+                            await self.ondemand.ensure(target.name)
+                        except RouterError as err:
+                            refusal = refusal or err
+                            continue
+                        target = self.table().models.get(target.name, target)
+                while attempts < self.settings.max_attempts:
+                    replica = target.pick(tried, time.monotonic(), panic=panic)
+                    if replica is None:
+                        break
+                    attempts += 1
+                    body = bodies.get(target.name)
+                    if body is None:
+                        body = bodies[target.name] = upstream_body(req, raw, target.name, inject)
                     try:
-                        await self.ondemand.ensure(target.name)
-                    except RouterError as err:
-                        refusal = refusal or err
-                        continue
-                    target = self.table().models.get(target.name, target)
-            body: bytes | None = None
-            while attempts < self.settings.max_attempts:
-                replica = target.pick(tried, time.monotonic())
-                if replica is None:
-                    break
-                tried.add(replica.id)
-                attempts += 1
-                if body is None:
-                    body = upstream_body(req, raw, target.name, inject)
-                try:
-                    return await self._attempt(replica, target.name, path, body, inject,
-                                               principal, send, started, flight)
-                except _Retry:
-                    continue
-        if refusal is not None and not tried:
+                        return await self._attempt(replica, target.name, path, body, inject, principal, send,
+                                                   started, flight, fresh=fresh, deadline=deadline)
+                    except _Stale:
+                        fresh = True  # the same replica may be picked again: it did nothing wrong
+                    except _Retry:
+                        tried.add(replica.id)
+                    except _Deadline:
+                        tried.add(replica.id)
+                        raise RouterError(504, f"no replica of {entry.name!r} answered within "
+                                               f"{self.settings.request_timeout:g} s", code="upstream_timeout",
+                                          headers={"Retry-After": str(self.settings.retry_after)}) from None
+        if refusal is not None and not attempts:
             raise refusal
-        what = "no replica could answer" if tried else "no replica is ready"
+        what = "no replica could answer" if attempts else "no replica is ready"
         raise RouterError(503, f"{what} for model {entry.name!r}; try again shortly",
                           code="no_replica_available", headers={"Retry-After": str(self.settings.retry_after)})
 
     async def _attempt(self, replica: ReplicaRuntime, model: str, path: str, body: bytes, strip: bool,
-                       principal: Principal, send: Send, started: float, flight: Flight) -> int:
+                       principal: Principal, send: Send, started: float, flight: Flight, *,
+                       fresh: bool = False, deadline: float = _NEVER) -> int:
         settings = self.settings
         replica.begin()
         resp: aiohttp.ClientResponse | None = None
+        session = self.fresh_session() if fresh else self.session
         try:
-            flight.deadline = time.monotonic() + settings.first_byte_timeout
+            flight.deadline = min(time.monotonic() + settings.first_byte_timeout, deadline)
             try:
-                resp = await self.session.post(replica.endpoint + path, data=body, headers=_UPSTREAM_HEADERS)
+                resp = await session.post(replica.endpoint + path, data=body, headers=_UPSTREAM_HEADERS)
                 if resp.status in _RETRYABLE_STATUS:
                     await resp.read()
                     raise _Retry(f"answered {resp.status}")
@@ -355,25 +392,52 @@ class Proxy:
                     raise
                 flight.reason = None
                 flight.absorb()
-                self._failed(replica, "first_byte_timeout",
-                             f"no first byte within {settings.first_byte_timeout:g} s")
+                overall = time.monotonic() >= deadline
+                waited = settings.request_timeout if overall else settings.first_byte_timeout
+                self._failed(replica, "first_byte_timeout", f"no first byte within {waited:g} s")
+                raise (_Deadline if overall else _Retry) from None
+            except aiohttp.ClientConnectorError as exc:
+                flight.deadline = _NEVER
+                # Refused: nothing listens there, so one is enough to eject (bounded by share).
+                refused = isinstance(exc.os_error, ConnectionRefusedError)
+                self._failed(replica, "connect", f"{type(exc).__name__}: {exc}", decisive=refused)
+                raise _Retry from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                flight.deadline = _NEVER
+                if resp is None and not fresh:
+                    # Written into a pooled connection the engine had closed (or closed before
+                    # answering a byte): the engine never saw the request.
+                    log.info("replica %s: stale pooled connection (%s: %s); retrying on a new one",
+                             replica.id, type(exc).__name__, exc)
+                    self.metrics.upstream_error(replica.id, "stale_connection")
+                    raise _Stale from None
+                self._failed(replica, "connect", f"{type(exc).__name__}: {exc}")
                 raise _Retry from None
             except (aiohttp.ClientError, OSError) as exc:
                 flight.deadline = _NEVER
                 self._failed(replica, "connect", f"{type(exc).__name__}: {exc}")
                 raise _Retry from None
             flight.deadline = _NEVER
+            replica.mark_success()
             self.metrics.first_byte(model, time.perf_counter() - started)
             return await self._relay(replica, model, resp, first, strip, principal, send, flight)
         finally:
             replica.end()
             if resp is not None:
                 resp.release()
+            if fresh:
+                await session.close()
 
-    def _failed(self, replica: ReplicaRuntime, kind: str, why: str) -> None:
-        log.warning("replica %s failed: %s", replica.id, why)
+    def _failed(self, replica: ReplicaRuntime, kind: str, why: str, *, decisive: bool = False) -> None:
         self.metrics.upstream_error(replica.id, kind)
-        replica.mark_failure(why, base=self.settings.backoff_base, cap=self.settings.backoff_max)
+        entry = self.table().models.get(replica.model)
+        if entry is None:  # gone from the state meanwhile: nothing left to protect
+            replica.mark_failure(why, base=self.policy.base, cap=self.policy.cap)
+            ejected = True
+        else:
+            ejected = entry.failed(replica, why, self.policy, decisive=decisive)
+        log.warning("replica %s failed (%d in a row%s): %s", replica.id, replica.failures,
+                    ", ejected" if ejected else "", why)
 
     async def _relay(self, replica: ReplicaRuntime, model: str, resp: aiohttp.ClientResponse, first: bytes,
                      strip: bool, principal: Principal, send: Send, flight: Flight) -> int:

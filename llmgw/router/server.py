@@ -58,7 +58,8 @@ def make_session(settings: RouterSettings) -> aiohttp.ClientSession:
     Connect timeout lives here; first-byte and chunk-gap timeouts are per request
     (proxy.py), since they differ by phase.
     """
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300,
+                                     keepalive_timeout=settings.upstream_keepalive)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout),

@@ -17,11 +17,24 @@ class RouterSettings:
     max_body_bytes: int = 16 * 1024 * 1024
     # Attempts per request, across replicas and fallbacks, before giving up with 503.
     max_attempts: int = 4
+    # One deadline per request, across every attempt: the response must start within it
+    # (504 after), however many replicas were tried. A replica that timed out on a
+    # request is never tried again for it.
+    request_timeout: float = 600.0
+    # Idle pooled connections to engines are closed after this many seconds: before the
+    # engines close them (llama-server after 5 s, uvicorn-based engines after 5 s), so a
+    # request is not written into a connection the engine is closing.
+    upstream_keepalive: float = 2.0
+    # Ejection (Envoy-style outlier detection): this many failures in a row eject a
+    # replica (a refused connection or a failed health check: one); at most this share of
+    # a model's ready replicas are ejected at once (always at least one may be).
+    eject_after_failures: int = 3
+    max_ejected_share: float = 0.5
     # Active health checks: GET <endpoint>/health every `health_interval` seconds.
     health_interval: float = 2.0
     health_timeout: float = 2.0
-    # Passive marking: a failed replica is skipped for backoff_base * 2**(n-1) seconds
-    # after its n-th consecutive failure, at most backoff_max; then one request may try it.
+    # An ejected replica is skipped for backoff_base * 2**(n-1) seconds after its n-th
+    # ejection in a row, at most backoff_max; then requests may try it again.
     backoff_base: float = 1.0
     backoff_max: float = 30.0
     # How often the state file is checked for changes (stat only; read when changed).

@@ -5,6 +5,13 @@ state); the router adds per-replica runtime facts — health, in-flight count, l
 consecutive failures — that outlive any one state reload. A reload builds a new
 immutable table but keeps each replica's runtime object by id, so a request running
 on a replica that turns `draining` keeps counting against it until it finishes.
+
+Ejection is bounded, as in Envoy's outlier detection: a replica is taken out of
+rotation after `threshold` consecutive failures (or at once on decisive evidence: the
+engine refuses connections, or its health check says it is down), for a backoff that
+doubles with each ejection; at most `max_share` of a model's ready replicas are ejected
+at once (always at least one may be); and when every ready replica of a model is
+ejected the proxy tries them anyway (panic mode) rather than answer 503 to everyone.
 """
 
 from __future__ import annotations
@@ -15,13 +22,24 @@ from typing import Literal
 
 from llmgw.state import ModelRecord, Replica, State
 
-Health = Literal["unknown", "healthy", "unhealthy"]
+# busy: alive but saturated (its health check is slow, or says no slot is free): still routed to.
+Health = Literal["unknown", "healthy", "busy", "unhealthy"]
+
+
+@dataclass(frozen=True)
+class EjectionPolicy:
+    """How many failures eject a replica, for how long, and how many may be out at once."""
+
+    threshold: int = 3
+    max_share: float = 0.5
+    base: float = 1.0
+    cap: float = 30.0
 
 
 class ReplicaRuntime:
     """What the router knows about one replica beyond the state file."""
 
-    __slots__ = ("backoff_until", "endpoint", "failures", "first_seen", "health", "id", "in_flight",
+    __slots__ = ("backoff_until", "ejections", "endpoint", "failures", "first_seen", "health", "id", "in_flight",
                  "last_active", "last_error", "last_used", "model", "record", "requests", "state")
 
     def __init__(self, record: Replica) -> None:
@@ -34,8 +52,9 @@ class ReplicaRuntime:
         self.requests = 0
         self.last_used: float | None = None  # wall clock (time.time()) of the last request start or end
         self.health: Health = "unknown"
-        self.failures = 0
-        self.backoff_until = 0.0  # monotonic
+        self.failures = 0  # consecutive: a success or a passing health check resets it
+        self.ejections = 0  # consecutive ejections: each doubles the next backoff
+        self.backoff_until = 0.0  # monotonic: ejected until then
         self.last_error: str | None = None
         self.first_seen = time.monotonic()
         self.last_active = self.first_seen  # monotonic: last request start or end, else first seen
@@ -50,6 +69,7 @@ class ReplicaRuntime:
             self.endpoint = endpoint
             self.health = "unknown"
             self.failures = 0
+            self.ejections = 0
             self.backoff_until = 0.0
 
     def begin(self) -> None:
@@ -64,20 +84,45 @@ class ReplicaRuntime:
         self.last_active = time.monotonic()
 
     def routable(self, now: float) -> bool:
-        """May a new request go here? Only `ready`, and not inside a failure backoff."""
-        return self.state == "ready" and (self.health != "unhealthy" or now >= self.backoff_until)
+        """May a new request go here? Only `ready`, and not ejected."""
+        return self.state == "ready" and not self.ejected(now)
+
+    def ejected(self, now: float) -> bool:
+        return self.health == "unhealthy" and now < self.backoff_until
 
     def mark_failure(self, error: str, *, base: float, cap: float, now: float | None = None) -> None:
+        """Eject now: out of rotation for base * 2**(n-1) seconds after the n-th ejection in a row."""
         self.failures += 1
+        self.ejections += 1
         self.health = "unhealthy"
         self.last_error = error
-        delay = min(cap, base * (2 ** min(self.failures - 1, 16)))
+        delay = min(cap, base * (2 ** min(self.ejections - 1, 16)))
         self.backoff_until = (time.monotonic() if now is None else now) + delay
+
+    def note_failure(self, error: str) -> int:
+        """One more failure in a row, without ejecting; returns how many in a row."""
+        self.failures += 1
+        self.last_error = error
+        return self.failures
+
+    def mark_success(self) -> None:
+        """A request got its first byte: the failures in a row are over."""
+        self.failures = 0
+        if self.health != "healthy" and self.health != "busy":
+            self.health = "healthy"
+            self.ejections = 0
+            self.backoff_until = 0.0
 
     def mark_healthy(self) -> None:
         self.health = "healthy"
         self.failures = 0
+        self.ejections = 0
         self.backoff_until = 0.0
+
+    def mark_busy(self) -> None:
+        """Alive but saturated: keep routing (in-flight counts spread the load); not a failure."""
+        if self.health != "unhealthy" or not self.ejected(time.monotonic()):
+            self.health = "busy"
 
 
 @dataclass
@@ -99,8 +144,11 @@ class ModelEntry:
     def routable(self, now: float) -> list[ReplicaRuntime]:
         return [r for r in self.replicas if r.routable(now)]
 
-    def pick(self, exclude: set[str], now: float) -> ReplicaRuntime | None:
-        """Least outstanding requests among routable replicas not yet tried."""
+    def pick(self, exclude: set[str], now: float, *, panic: bool = False) -> ReplicaRuntime | None:
+        """Least outstanding requests among routable replicas not yet tried.
+
+        In panic mode, ejected ones count too: every `ready` replica not yet tried.
+        """
         replicas = self.replicas
         n = len(replicas)
         if n == 0:
@@ -109,11 +157,35 @@ class ModelEntry:
         best: ReplicaRuntime | None = None
         for i in range(n):
             r = replicas[(self.rotation + i) % n]
-            if r.id in exclude or not r.routable(now):
+            if r.id in exclude or r.state != "ready" or (not panic and r.ejected(now)):
                 continue
             if best is None or r.in_flight < best.in_flight:
                 best = r
         return best
+
+    def may_eject(self, replica: ReplicaRuntime, max_share: float, now: float) -> bool:
+        """Would ejecting `replica` keep the model within its share of ejected replicas?"""
+        ready = [r for r in self.replicas if r.state == "ready"]
+        out = sum(1 for r in ready if r is not replica and r.ejected(now))
+        return out < max(1, int(len(ready) * max_share))
+
+    def failed(self, replica: ReplicaRuntime, error: str, policy: EjectionPolicy, *, decisive: bool = False,
+               now: float | None = None) -> bool:
+        """A request or check failed on `replica`: eject it when the policy says so; True if ejected.
+
+        `decisive`: the evidence says the engine is down (refused, health check down), so
+        one failure ejects. Otherwise `threshold` failures in a row do. Either way only
+        while the model stays within `max_share` ejected.
+        """
+        now = time.monotonic() if now is None else now
+        count = replica.note_failure(error)
+        if replica.ejected(now):
+            return True
+        if (decisive or count >= policy.threshold) and self.may_eject(replica, policy.max_share, now):
+            replica.failures -= 1  # mark_failure counts this failure again
+            replica.mark_failure(error, base=policy.base, cap=policy.cap, now=now)
+            return True
+        return False
 
 
 class RoutingTable:
