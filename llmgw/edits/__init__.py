@@ -1,0 +1,25 @@
+"""Operator edits of the site's YAML, made so that the diff is the change and nothing else.
+
+    yamltext.py       text surgery on one file (set a key, drop a list item), proven by re-parsing
+    node_state.py     `llmgw cordon/uncordon/drain`: a node's llmgw_node_state in the inventory
+    catalog_edits.py  `llmgw scale`, `llmgw model add/remove`: the catalog files
+
+Code outside this package imports from here.
+"""
+
+from llmgw.edits.catalog_edits import model_add_edit, model_remove_edit, scale_edit
+from llmgw.edits.node_state import HostEntry, host_entries, node_state_edit
+from llmgw.edits.yamltext import FileEdit, UnsafeEdit, remove_item, set_key
+
+__all__ = [
+    "FileEdit",
+    "HostEntry",
+    "UnsafeEdit",
+    "host_entries",
+    "model_add_edit",
+    "model_remove_edit",
+    "node_state_edit",
+    "remove_item",
+    "scale_edit",
+    "set_key",
+]
