@@ -29,7 +29,7 @@ from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import Inventory
 from llmgw.planner import Action, Plan, PlannedReplica
-from llmgw.state import ModelRecord, Replica, ReplicaState, Shard, State, read_state, write_state
+from llmgw.state import LocalBackend, ModelRecord, Replica, ReplicaState, Shard, State, StateBackend, WriteMeta
 
 Say = Callable[[str], None]
 """One line about what apply is doing now, for people."""
@@ -66,8 +66,13 @@ class Applier:
 
     def __init__(self, *, plan: Plan, state_file: Path, inventory: Inventory, hosts: Hosts,
                  wheelhouse: Callable[[], Path], grace: float = 120.0, progress: Progress | None = None,
-                 say: Say | None = None, fabric_hcas: Callable[[str, str], list[str]] | None = None) -> None:
+                 say: Say | None = None, fabric_hcas: Callable[[str, str], list[str]] | None = None,
+                 backend: StateBackend | None = None, meta: WriteMeta | None = None) -> None:
         self.plan = plan
+        # Where the state is kept (a file, or PostgreSQL keeping its last copy at state_file,
+        # the file the routers are sent), and who is writing, for its history.
+        self.backend = backend or LocalBackend(state_file)
+        self.meta = meta or WriteMeta("apply")
         self.state_file = state_file
         self.inventory = inventory
         self.hosts = hosts
@@ -76,7 +81,7 @@ class Applier:
         self.progress = progress
         self.say = say or (lambda _line: None)
         self.fabric_hcas = fabric_hcas  # (node, fabric) -> the node's adapters on it, for NCCL_IB_HCA
-        self.state = read_state(state_file)
+        self.state = self.backend.read()
         self.outcome = Outcome(serial=self.state.serial)
         self._wheelhouse: Path | None = None
         self._undelivered = False  # the routers have not seen the latest state yet
@@ -85,7 +90,7 @@ class Applier:
     # -- the state ----------------------------------------------------------------------
 
     def _write(self, state: State) -> None:
-        self.state = write_state(self.state_file, state, expect_serial=self.state.serial)
+        self.state = self.backend.write(state, expect_serial=self.state.serial, meta=self.meta)
         self.outcome.serial = self.state.serial
 
     def _set_replicas(self, replicas: list[Replica], models: list[ModelRecord] | None = None) -> None:
@@ -130,6 +135,7 @@ class Applier:
                                   detail=[f"it reports serial {v.serial}"],
                                   hint="look at `journalctl -u llmgw-router` on that host")
             busy |= {i for i in idle if v.in_flight.get(i, 0) > 0}
+        self.backend.mark_delivered(self.hosts.routers, self.state.serial)
         return sorted(busy)
 
     # -- steps --------------------------------------------------------------------------
@@ -139,7 +145,9 @@ class Applier:
         host = self.inventory.nodes.get(s.node)
         cache_dir = host.cache_dir if host is not None else "/var/cache/llmgw"
         leader = r.shards[0]
+        # `lineage` marks the unit as this state's, so another state's plans leave it alone.
         return {"unit": unit_base(s.unit), "state": "present", "replica": r.id, "model": r.model,
+                "lineage": self.state.lineage,
                 "model_path": f"{cache_dir.rstrip('/')}/{r.cache_name}", "engine": r.engine, "port": s.port,
                 "gpus": list(s.gpus), "args": list(r.args or []), "env": dict(r.env or {}), "rank": s.rank,
                 "nodes": len(r.shards), "leader": leader.address,
@@ -239,6 +247,17 @@ class Applier:
         if self.state.models != desired_models or self.outcome.serial == self.plan.state_serial:
             self._set_replicas(list(self.state.replicas), models=desired_models)
             self._undelivered = True
-        if self._undelivered:
+        if self._undelivered or self.backend.routers_behind(self.hosts.routers, self.state.serial):
             self._deliver()
         return self.outcome
+
+    def catch_up_routers(self) -> list[str]:
+        """Deliver the state to routers not known to hold it (an apply killed before delivering),
+        even when the plan changes nothing; returns them. Contacts no engine host, and no host
+        at all when every router is current."""
+        behind = self.backend.routers_behind(self.hosts.routers, self.state.serial)
+        if behind:
+            known = self.backend.delivered()
+            self._routers_checked = all(r in known for r in self.hosts.routers)  # installed once before
+            self._deliver()
+        return behind

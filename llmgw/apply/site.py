@@ -14,6 +14,7 @@ from llmgw.planner import Plan
 from llmgw.planner.inputs import FabricIndex
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
+from llmgw.state import StateBackend, WriteMeta, backend_for
 
 
 def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") -> Hosts:
@@ -43,7 +44,10 @@ def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:
 
 def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20,
                 progress: Progress | None = None, say: Say | None = None,
-                engines_playbook: str = "apply.yml") -> Applier:
+                engines_playbook: str = "apply.yml", backend: StateBackend | None = None,
+                meta: WriteMeta | None = None) -> Applier:
+    """An Applier for the site; `backend` (default: the site's, llmgw.state.backend_for) keeps the state."""
     hosts = hosts_for(site, forks, engines_playbook)
     return Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
-                   wheelhouse=wheelhouse, grace=grace, progress=progress, say=say, fabric_hcas=fabric_hcas(site))
+                   wheelhouse=wheelhouse, grace=grace, progress=progress, say=say, fabric_hcas=fabric_hcas(site),
+                   backend=backend or backend_for(site), meta=meta)

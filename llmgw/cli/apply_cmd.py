@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from llmgw.errors import UsageError
 from llmgw.planner import Plan, load_plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import render_plan
-from llmgw.state import read_state, state_lock
+from llmgw.state import WriteMeta, backend_for, git_commit
 
 
 class StepBars:
@@ -71,16 +72,27 @@ def register(cli: click.Group) -> None:
         every step, so an interrupted apply is finished by the next `llmgw plan` and `llmgw apply`.
         """
         site = app.site
+        backend = backend_for(site)
+        click.get_current_context().call_on_close(backend.close)
         if plan_file is not None:
             plan = _load_plan(plan_file)
-            check_fresh(plan, read_state(site.state_file))
+            check_fresh(plan, backend.read())
         else:
             inputs = load_inputs(site)
             plan = make_plan(inputs)
             click.echo(render_plan(plan, inputs.state), nl=False)
+        meta = WriteMeta("apply", plan=hashlib.sha256(plan.to_json().encode()).hexdigest()[:12],
+                         git_commit=git_commit(site.root))
         if not plan.has_changes:
             if plan_file is not None:
                 click.echo("No changes. The fleet matches the catalog.")
+            # Routers still get the state when an earlier apply stopped before delivering it.
+            applier = applier_for(site, plan, forks=forks, backend=backend, meta=meta)
+            if backend.routers_behind(applier.hosts.routers, applier.state.serial):
+                with backend.lock("apply"):
+                    behind = applier.catch_up_routers()
+                console.print(f"Delivered state serial {applier.state.serial} to {', '.join(behind)}, "
+                              "which had not loaded it.")
             return
         if not auto_approve:
             if not sys.stdin.isatty():
@@ -94,11 +106,12 @@ def register(cli: click.Group) -> None:
         bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[what]}"),
                         TimeElapsedColumn(),
                         console=err_console, transient=False, disable=not err_console.is_terminal)
-        with state_lock(site.state_file), bars:
+        with backend.lock("apply"), bars:
             ui = StepBars(bars)
             say = ui.say if err_console.is_terminal else (
                 lambda line: err_console.print(f"{time.monotonic() - started:6.1f}s > {line}", markup=False))
-            outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say).run()
+            outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say, backend=backend,
+                                  meta=meta).run()
         took = time.monotonic() - started
         console.print(f"Apply complete! {len(outcome.created)} added, {len(outcome.destroyed)} destroyed"
                       + (f", {len(outcome.strays)} stray units removed" if outcome.strays else "")

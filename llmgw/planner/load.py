@@ -15,7 +15,7 @@ from llmgw.facts.model import HostFacts
 from llmgw.inventory import load_inventory
 from llmgw.planner.inputs import FabricIndex, PlanInputs
 from llmgw.site import Site
-from llmgw.state import read_state
+from llmgw.state import State, backend_for
 from llmgw.weights.check import unservable_sources
 from llmgw.weights.sources import read_sources
 
@@ -30,6 +30,12 @@ def weight_sizes(facts_dir: Path) -> dict[str, int | None]:
     return {src: info.size_bytes for src, info in sorted(read_sources(facts_dir).items())}
 
 
+def _read_state(site: Site) -> State:
+    """The newest state from the site's backend (a file, or PostgreSQL)."""
+    with backend_for(site) as backend:
+        return backend.read()
+
+
 def load_inputs(site: Site) -> PlanInputs:
     catalog = load_catalog(site.catalog_dir, root=site.root)
     inventory = load_inventory(site.inventory)
@@ -37,5 +43,5 @@ def load_inputs(site: Site) -> PlanInputs:
     nodes = inventory.nodes
     return PlanInputs(
         catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
-        state=read_state(site.state_file), fabrics=fabric_index(facts.values()), ports=site.config.ports,
+        state=_read_state(site), fabrics=fabric_index(facts.values()), ports=site.config.ports,
         weight_sizes=weight_sizes(site.facts_dir), unservable=unservable_sources(site))

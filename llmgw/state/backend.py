@@ -145,6 +145,19 @@ class StateBackend(ABC):
                          hint="a PostgreSQL state (`state: postgresql://...`) keeps every serial")
 
     @abstractmethod
+    def delivered(self) -> dict[str, int]:
+        """Router host -> the newest serial apply delivered to it and saw it load."""
+
+    @abstractmethod
+    def mark_delivered(self, routers: list[str], serial: int) -> None:
+        """Record that `routers` hold `serial` (an apply killed before this leaves them behind)."""
+
+    def routers_behind(self, routers: list[str], serial: int) -> list[str]:
+        """Those of `routers` not known to hold `serial`: apply delivers to them even with no changes."""
+        known = self.delivered()
+        return sorted(r for r in routers if known.get(r, 0) < serial)
+
+    @abstractmethod
     def close(self) -> None:
         """Release connections; the backend is not used afterwards."""
 
