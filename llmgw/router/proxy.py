@@ -187,8 +187,8 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 def parse_request(body: bytes) -> tuple[dict[str, Any], str]:
     try:
         req = json.loads(body)
-    except ValueError:
-        raise RouterError(400, "the request body is not valid JSON") from None
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
+        raise RouterError(400, "the request body is not valid UTF-8 JSON, or is nested too deeply") from None
     if not isinstance(req, dict):
         raise RouterError(400, "the request body must be a JSON object")
     model = req.get("model")

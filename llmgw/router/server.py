@@ -27,6 +27,7 @@ import uvicorn
 from llmgw.errors import UsageError
 from llmgw.router.admin import admin_app, metrics_app
 from llmgw.router.app import Router, client_app
+from llmgw.router.limits import LimitedHttp, guard
 from llmgw.router.ondemand import Activator
 from llmgw.router.settings import RouterSettings
 from llmgw.store import Store
@@ -112,9 +113,12 @@ class RouterServer:
     _stop_requested: bool = False
 
     def _config(self, app: Any) -> uvicorn.Config:
-        return uvicorn.Config(app, lifespan="off", access_log=False, log_config=None, http="httptools",
-                              ws="none", proxy_headers=False, server_header=False, date_header=False,
-                              timeout_keep_alive=75, timeout_graceful_shutdown=self.graceful_timeout)
+        # LimitedHttp: uvicorn's httptools protocol with bounded headers, time and connections.
+        return uvicorn.Config(guard(app), lifespan="off", access_log=False, log_config=None,
+                              http=LimitedHttp.with_limits(self.settings), ws="none", proxy_headers=False,
+                              server_header=False, date_header=False,
+                              timeout_keep_alive=int(self.settings.keep_alive_timeout),
+                              timeout_graceful_shutdown=self.graceful_timeout)
 
     async def run(self, *, install_signals: bool = False) -> None:
         self._loop = asyncio.get_running_loop()

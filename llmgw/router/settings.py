@@ -50,3 +50,27 @@ class RouterSettings:
     idle_check_interval: float = 5.0
     # Retry-After (seconds) sent with 503 when nothing can serve a model.
     retry_after: int = 5
+    # -- what one client may hold of the router (every listener; server.py enforces) -----
+    # The request line and headers together, in bytes (431 beyond), and how many headers
+    # (431 beyond). Buffered in memory until complete, so they are bounded.
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    # Seconds from a request's first byte to the end of its headers, and from there to
+    # the end of its body (408 after either): a slow client cannot hold a connection.
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    # Seconds an idle connection (new, or between requests) stays open. Above the idle
+    # timeout of any load balancer in front, or it reuses connections the router closed.
+    keep_alive_timeout: float = 20.0
+    # Open connections per listener; beyond it a new one gets 503 and is closed.
+    max_connections: int = 4096
+    # -- token quotas (quotas.py) ----------------------------------------------------------
+    # Reserved at admission for a request that names no max_tokens (max_completion_tokens).
+    default_max_tokens: int = 4096
+    # The prompt is reserved as one token per this many request-body bytes: 1 is an upper
+    # bound for text (a token is at least one byte), so a daily limit holds; raise it to
+    # reserve less for bodies carrying images or other bulky data.
+    prompt_bytes_per_token: float = 1.0
+    # A reservation whose router never settled it (killed) stops counting after this many
+    # seconds; longer than any request lives.
+    reservation_ttl: float = 3600.0
