@@ -86,7 +86,8 @@ class Profile(BaseModel):
 
     @model_validator(mode="after")
     def _multi_node_needs_gpus(self) -> Profile:
-        if self.nodes > 1 and self.gpus == 0:
+        # llama.cpp spreads a model over CPU hosts too (its RPC workers are TCP servers).
+        if self.nodes > 1 and self.gpus == 0 and self.engine != "llamacpp":
             raise ValueError(
                 f"nodes: {self.nodes} spans nodes but gpus is 0; a multi-node profile needs "
                 "gpus per shard (or set nodes: 1)")

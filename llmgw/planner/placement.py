@@ -54,8 +54,14 @@ class Need:
         for name, value in (("source", self.model.source), ("gpus", p.gpus), ("gpu_class", p.gpu_class),
                             ("memory_mb", p.min_memory_gb * MB_PER_GB),
                             ("key", StaticKey(p.gpu_class, tuple(sorted(p.node_selector.items())), p.gpus,
-                                              p.min_memory_gb, p.nodes > 1))):
+                                              p.min_memory_gb, needs_fabric(p)))):
             object.__setattr__(self, name, value)
+
+
+def needs_fabric(p: Profile) -> bool:
+    """Multi-node replicas meet over an InfiniBand fabric (NCCL), except llama.cpp's: its
+    rank 0 reaches the rpc-server workers over TCP, on their management addresses."""
+    return p.nodes > 1 and p.engine != "llamacpp"
 
 
 @dataclass(frozen=True)
@@ -321,12 +327,27 @@ def _choose_multi(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice |
     return None if best is None else best[1]
 
 
+def _choose_spread(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
+    """`nodes` distinct nodes joined by the management network (llama.cpp RPC): holders of
+    the weights first, then packing as for one node, then name order."""
+    p = need.profile
+    holders = {n.ordinal for n in fleet.holders(need.source, need.cache_name)}
+    fits = [n for n in members if dynamic_fault(fleet, n, need) is None]
+    if len(fits) < p.nodes:
+        return None
+    cand = heapq.nsmallest(p.nodes, fits, key=lambda n: (n.ordinal not in holders, *_pack(n, p.gpu_class),
+                                                         n.ordinal))
+    return Choice(tuple(sorted(cand, key=lambda n: n.ordinal)))
+
+
 def choose(fleet: Fleet, need: Need) -> Choice | None:
     """The best place for one replica of `need.profile`, or None when nothing passes every filter."""
     members = static_set(fleet, need)
     if not members:
         return None
     if need.profile.nodes > 1:
+        if not need.key.multi_node:
+            return _choose_spread(fleet, need, members)
         return _choose_multi(fleet, need, members)
     return _choose_single(fleet, need, members)
 
@@ -341,7 +362,10 @@ def verdicts(fleet: Fleet, need: Need) -> list[Verdict]:
         out.append(Verdict(n.name, None, why))
         if why is None:
             fits.append(n)
-    if need.profile.nodes > 1:
+    if need.profile.nodes > 1 and not key.multi_node and len(fits) < need.profile.nodes:
+        out.append(Verdict(None, None, f"{_plural(len(fits), 'node')} can take a shard, "
+                                       f"a {need.profile.nodes}-node replica needs {need.profile.nodes}"))
+    if key.multi_node:
         counts = {f: len(ns) for f, ns in _by_fabric(fits).items()}
         for n in static_set(fleet, need):
             for f in n.fabrics:
