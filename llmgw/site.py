@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmgw.errors import SiteError
 from llmgw.yamlio import load_yaml
@@ -47,6 +48,21 @@ class SiteConfig(BaseModel):
     prometheus: str | None = None
     # Where the engine binaries come from on this control host (llama-server artifact).
     engine_artifacts: str | None = None
+    # A Hugging Face-compatible endpoint (an air-gapped site's mirror) that hosts fetch hf://
+    # sources from and `catalog validate` sizes them with; https://huggingface.co when unset.
+    # The HF token goes only there; plain http only for a mirror named here.
+    mirror: str | None = None
+
+    @field_validator("mirror")
+    @classmethod
+    def _mirror_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password \
+                or parts.query or parts.fragment or any(ord(c) < 0x21 or c == "\x7f" for c in v):
+            raise ValueError(f"{v!r} is not a mirror URL; use http(s)://HOST[:PORT][/PATH], without credentials")
+        return v.rstrip("/")
 
 
 class Site:

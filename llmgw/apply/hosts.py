@@ -68,10 +68,7 @@ class Hosts:
             if progress is None or event.host is None:
                 return
             if event.task == FOLLOW_TASK and event.kind in ("other", "host_ok"):
-                try:
-                    info = json.loads(str(event.result.get("stdout") or "{}"))
-                except ValueError:
-                    return
+                info = event.result  # the weights_progress module's result: state, bytes, total
                 got = info.get("bytes")
                 if isinstance(got, int):
                     total = info.get("total")

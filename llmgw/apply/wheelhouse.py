@@ -104,3 +104,33 @@ def wheelhouse(project: Path = PROJECT) -> Path:
             if old != archive and time.time() - old.stat().st_mtime > 86400:
                 old.unlink()
     return archive
+
+
+# The Hugging Face client the `weights` module runs on hosts for whole-repository sources.
+HUB_REQUIREMENT = "huggingface_hub==2.4.0"
+
+
+def hub_wheelhouse() -> Path:
+    """An archive of `huggingface_hub` and its dependencies (and pip) for the `llmgw_weights` role.
+
+    Hosts may reach no package index, so they install the client from this archive
+    into their own virtualenv. Built once per requirement and control-host Python
+    (hosts run the same Debian Python as a control host built from the same image)."""
+    root = cache_root().parent / "hosts"
+    key = hashlib.sha256(f"{HUB_REQUIREMENT}\n{sys.version.split()[0]}".encode()).hexdigest()[:16]
+    archive = root / f"huggingface-hub-{key}.tar"
+    if archive.is_file():
+        return archive
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp_dir:
+        wheels = Path(tmp_dir) / "wheels"
+        _pip("wheel", "--quiet", "--wheel-dir", str(wheels), "pip", HUB_REQUIREMENT)
+        part = archive.with_suffix(".tar.part")
+        with tarfile.open(part, "w") as tar:
+            for wheel in sorted(wheels.glob("*.whl")):
+                tar.add(wheel, arcname=wheel.name)
+            marker = Path(tmp_dir) / ".complete"
+            marker.write_text(HUB_REQUIREMENT + "\n", encoding="utf-8")
+            tar.add(marker, arcname=".complete")
+        part.rename(archive)
+    return archive

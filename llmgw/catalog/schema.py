@@ -101,6 +101,10 @@ class Model(BaseModel):
     name: Name
     aliases: list[Name] = Field(default_factory=list)
     source: Annotated[str, Field(min_length=1)]
+    # Whole Hugging Face repositories (hf://org/repo[@revision]) only: which files of the
+    # snapshot to fetch (huggingface_hub's allow/ignore patterns, fnmatch style).
+    include: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]/-]{1,200}$")]] = Field(default_factory=list)
+    exclude: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]/-]{1,200}$")]] = Field(default_factory=list)
     fallbacks: list[Name] = Field(default_factory=list)
     scaling: Scaling = Scaling()
     profiles: Annotated[list[Profile], Field(min_length=1)]
@@ -113,6 +117,13 @@ class Model(BaseModel):
                 f"{v!r} is not a source llmgw can fetch; use hf://org/repo/file, "
                 "https://host/path or file:///absolute/path")
         return v
+
+    @model_validator(mode="after")
+    def _patterns_for_repositories(self) -> Model:
+        if (self.include or self.exclude) and not re.match(r"^hf://[^/@]+/[^/@]+(@[A-Za-z0-9._-]+)?$", self.source):
+            raise ValueError("include/exclude select files of a whole repository (hf://org/repo[@revision]); "
+                             f"{self.source!r} names one file")
+        return self
 
     @model_validator(mode="after")
     def _unique_profiles(self) -> Model:

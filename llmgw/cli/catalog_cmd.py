@@ -40,4 +40,6 @@ def register(cli: click.Group) -> None:
             output.err_console.print(f"[yellow]Note:[/] {note}", soft_wrap=True)
         if result.problems:
             raise CatalogError(result.problems)
+        for line in result.sized:
+            output.console.print(line, soft_wrap=True, highlight=False, markup=False)
         output.console.print(f"The catalog is valid: {len(cat)} model{'s' if len(cat) != 1 else ''}.")

@@ -1,7 +1,9 @@
-"""Servable before placed: catalog models whose GGUF the fleet's llama-server cannot load.
+"""Servable before placed: catalog models whose GGUF the fleet's llama-server cannot load,
+and whole Hugging Face repositories resolved to a commit and sized.
 
-`llmgw catalog validate` inspects sources it has not seen (network) and records them
-in the facts cache; `llmgw plan` reads only that record, so planning stays offline.
+`llmgw catalog validate` inspects sources it has not seen (network: the site's endpoint
+for hf://) and records them in the facts cache; `llmgw plan` reads only that record, so
+planning stays offline.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from pathlib import Path
 
 import httpx
 
-from llmgw.catalog import Catalog
+from llmgw.catalog import Catalog, Model
 from llmgw.errors import Problem
 from llmgw.site import Site
+from llmgw.weights.hub import HUB, is_repo_source
 from llmgw.weights.servable import CAPS_FILE, EngineCaps, servable_problems
-from llmgw.weights.sources import SourceInfo, inspect_source, read_sources, write_source
+from llmgw.weights.sources import SourceInfo, catalog_spec, inspect_source, read_sources, write_source
 
 
 def engine_dir(site: Site) -> Path:
@@ -26,28 +29,71 @@ def engine_dir(site: Site) -> Path:
     return Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache" / "llmgw")) / "engine"
 
 
+def hf_endpoint(site: Site) -> str:
+    """Where hf:// sources are sized and fetched: the site's `mirror:`, else the Hub."""
+    return site.config.mirror or HUB
+
+
+def weights_host_vars(site: Site) -> dict[str, object]:
+    """The llmgw_weights role's endpoint variables for this site (none: the role's defaults, the Hub)."""
+    if not site.config.mirror:
+        return {}
+    return {"llmgw_weights_hf_endpoint": site.config.mirror,
+            "llmgw_weights_hf_allow_http": site.config.mirror.startswith("http://")}
+
+
+def model_spec(model: Model) -> str:
+    """The key a model's source is recorded under (whole repositories: with revision and patterns)."""
+    return catalog_spec(model.source, list(model.include), list(model.exclude))
+
+
 @dataclass
 class Servability:
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sources: dict[str, SourceInfo] = field(default_factory=dict)
+    sized: list[str] = field(default_factory=list)  # one line per whole repository: commit, files, size
 
 
 def llamacpp_sources(catalog: Catalog) -> list[str]:
     return sorted({m.source for m in catalog if any(p.engine == "llamacpp" for p in m.profiles)})
 
 
+def repo_specs(catalog: Catalog) -> list[str]:
+    return sorted({model_spec(m) for m in catalog if is_repo_source(m.source)})
+
+
+def _size_text(n: int | None) -> str:
+    if n is None:
+        return "size not known"
+    size, unit = float(n), "B"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            break
+        size /= 1000
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit} ({n} bytes)"
+
+
 def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool = False) -> Servability:
     """Problems for unservable llama.cpp models; `inspect` lets it fetch headers it lacks."""
     out = Servability(sources=read_sources(site.facts_dir))
     wanted = llamacpp_sources(catalog)
-    todo = [s for s in wanted if refresh or s not in out.sources]
+    repos = repo_specs(catalog)
+    todo = [s for s in sorted({*wanted, *repos}) if refresh or s not in out.sources]
     if inspect and todo:
         with httpx.Client(timeout=30) as client:
             for source in todo:
-                inspected = inspect_source(source, client)
+                inspected = inspect_source(source, client, hf_endpoint(site))
                 write_source(site.facts_dir, inspected)
                 out.sources[source] = inspected
+    for spec in repos:
+        info = out.sources.get(spec)
+        if info is None:
+            out.notes.append(f"{spec}: not resolved to a commit yet; run `llmgw catalog validate` (online)")
+        elif info.error:
+            out.notes.append(f"could not resolve {spec}: {info.error}")
+        else:
+            out.sized.append(f"{spec}: commit {info.commit}, {info.files} files, {_size_text(info.size_bytes)}")
     caps_path = engine_dir(site) / CAPS_FILE
     caps = EngineCaps.load(caps_path) if caps_path.is_file() else None
     if caps is None and wanted:

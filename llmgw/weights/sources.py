@@ -1,13 +1,15 @@
 """What a weights source is before anything is fetched: its size and, for GGUF, its header.
 
-Inspecting needs the network (HEAD and range requests), so it happens in `llmgw
+Inspecting needs the network (HEAD and range requests; for whole Hugging Face
+repositories the site's endpoint only, llmgw.weights.hub), so it happens in `llmgw
 catalog validate` and `llmgw facts`, and the answer is kept in the site's facts cache
 (`<facts>/sources/<cache name>.json`); planning reads only that cache and stays offline.
+A whole repository's record also holds the commit its revision named and the pinned
+spec hosts fetch.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -18,11 +20,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llmgw.errors import FactsError, WeightsError
 from llmgw.weights.gguf import Fetch, file_fetcher, http_fetcher, read_header
+from llmgw.weights.hub import HUB, is_repo_source, parse_repo
+from llmgw.weights.hub import resolve as resolve_repo
 from llmgw.weights.names import cache_name
 from llmgw.weights.servable import tensor_types
 from llmgw.yamlio import atomic_write
-
-HF_ENDPOINT_ENV = "HF_ENDPOINT"
 
 
 class SourceInfo(BaseModel):
@@ -34,44 +36,60 @@ class SourceInfo(BaseModel):
     gguf_version: int | None = None
     architecture: str | None = None
     tensor_types: dict[int, list[str]] | None = None  # ggml type id -> a few tensor names of that type
+    # Whole repositories: the commit the revision named, the files selected, and what hosts fetch.
+    commit: str | None = None
+    files: int | None = None
+    pinned: str | None = None
     inspected_at: datetime
     error: str | None = None  # why inspection failed; the rest is then not known
 
 
-def hf_endpoint() -> str:
-    return os.environ.get(HF_ENDPOINT_ENV, "https://huggingface.co").rstrip("/")
+def split_spec(spec: str) -> tuple[str, list[str], list[str]]:
+    """(source, include, exclude) of a catalog spec `hf://org/repo@rev?include=..&exclude=..`."""
+    source, _, query = spec.partition("?")
+    found: dict[str, list[str]] = {"include": [], "exclude": []}
+    for part in filter(None, query.split("&")):
+        key, _, value = part.partition("=")
+        if key not in found:
+            raise WeightsError(f"{spec}: unknown option {key!r} (include= and exclude= are known)")
+        found[key] += [v for v in value.split(",") if v]
+    return source, found["include"], found["exclude"]
 
 
-def resolve(source: str) -> str | Path:
-    """A local path for file://, else the https URL to fetch (hf:// resolved to the hub)."""
+def catalog_spec(source: str, include: list[str] | None = None, exclude: list[str] | None = None) -> str:
+    """The key a catalog source is recorded under: the source itself, or for a whole repository
+    the normalized `hf://org/repo@rev?include=..&exclude=..` (patterns change what is fetched)."""
+    if not is_repo_source(source):
+        return source
+    return parse_repo(source, include or [], exclude or []).spec()
+
+
+def resolve(source: str, endpoint: str = HUB) -> str | Path:
+    """A local path for file://, else the https URL to fetch (hf:// resolved to the endpoint)."""
     parsed = urlparse(source)
     if parsed.scheme == "file":
         return Path(unquote(parsed.path))
     if parsed.scheme == "hf":
         parts = (parsed.netloc + parsed.path).strip("/").split("/")
         if len(parts) < 3:
-            raise WeightsError(f"{source}: hf:// sources name a file (hf://org/repo/file); "
-                               "a whole repository is only sized, not fetched by llama.cpp profiles")
+            raise WeightsError(f"{source}: hf:// sources name a file (hf://org/repo/file) or a whole repository "
+                               "(hf://org/repo[@revision])")
         org, repo, rest = parts[0], parts[1], "/".join(parts[2:])
-        return f"{hf_endpoint()}/{org}/{repo}/resolve/main/{rest}"
+        return f"{endpoint.rstrip('/')}/{org}/{repo}/resolve/main/{rest}"
     return source
 
 
-def _hf_repo_size(source: str, client: httpx.Client) -> int | None:
-    parts = urlparse(source)
-    org_repo = (parts.netloc + parts.path).strip("/")
-    resp = client.get(f"{hf_endpoint()}/api/models/{org_repo}", params={"blobs": "true"}, follow_redirects=True)
-    if resp.status_code != 200:
-        raise WeightsError(f"{source}: the hub answered HTTP {resp.status_code} for the repository")
-    sizes = [s.get("size") for s in resp.json().get("siblings", [])]
-    return sum(s for s in sizes if isinstance(s, int)) if sizes and all(isinstance(s, int) for s in sizes) else None
+def _inspect_repo(spec: str, client: httpx.Client, endpoint: str, now: datetime) -> SourceInfo:
+    source, include, exclude = split_spec(spec)
+    repo = parse_repo(source, include, exclude)
+    info = resolve_repo(repo, endpoint, client)
+    pinned = repo.spec(info.commit)
+    return SourceInfo(source=spec, cache_name=cache_name(spec), size_bytes=info.size_bytes, format="other",
+                      commit=info.commit, files=len(info.files), pinned=pinned, inspected_at=now)
 
 
-def _size_and_fetch(source: str, client: httpx.Client) -> tuple[int | None, Fetch | None]:
-    parsed = urlparse(source)
-    if parsed.scheme == "hf" and len((parsed.netloc + parsed.path).strip("/").split("/")) == 2:
-        return _hf_repo_size(source, client), None
-    target = resolve(source)
+def _size_and_fetch(source: str, client: httpx.Client, endpoint: str) -> tuple[int | None, Fetch | None]:
+    target = resolve(source, endpoint)
     if isinstance(target, Path):
         if target.is_dir():
             return sum(p.stat().st_size for p in target.rglob("*") if p.is_file()), None
@@ -85,12 +103,16 @@ def _size_and_fetch(source: str, client: httpx.Client) -> tuple[int | None, Fetc
     return (int(length) if length and length.isdigit() else None), http_fetcher(target, client)
 
 
-def inspect_source(source: str, client: httpx.Client) -> SourceInfo:
-    """Size and GGUF header summary of `source`; failures are recorded, not raised."""
+def inspect_source(source: str, client: httpx.Client, endpoint: str = HUB) -> SourceInfo:
+    """Size and GGUF header summary of `source` (a catalog spec); failures are recorded, not raised.
+
+    hf:// sources are asked of `endpoint` (the site's mirror or the Hub) and nothing else."""
     now = datetime.now(UTC).replace(microsecond=0)
     name = cache_name(source)
     try:
-        size, fetch = _size_and_fetch(source, client)
+        if is_repo_source(source.partition("?")[0]):
+            return _inspect_repo(source, client, endpoint, now)
+        size, fetch = _size_and_fetch(source, client, endpoint)
         if fetch is None:
             return SourceInfo(source=source, cache_name=name, size_bytes=size, format="other", inspected_at=now)
         magic = fetch(0, 4)

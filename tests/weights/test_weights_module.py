@@ -36,11 +36,11 @@ def entry(cache: Path, source: str, data: bytes = b"weights") -> Path:
 def test_fetch_file_source_once(tmp_path: Path, cache: Path) -> None:
     src = tmp_path / "m.gguf"
     src.write_bytes(b"x" * 3_000_000)
-    path, changed = mod.fetch(f"file://{src}", str(cache))
+    path, changed = mod.fetch(f"file://{src}", str(cache), model_dirs=[str(tmp_path)])
     assert changed and Path(path).read_bytes() == src.read_bytes()
     assert Path(path).name == mod.cache_name(f"file://{src}")
     assert not list(cache.glob("*.part")) and not list(cache.glob(".*.progress"))
-    again, changed = mod.fetch(f"file://{src}", str(cache))
+    again, changed = mod.fetch(f"file://{src}", str(cache), model_dirs=[str(tmp_path)])
     assert again == path and not changed
 
 
@@ -57,7 +57,8 @@ def test_concurrent_fetches_make_one_download(tmp_path: Path, cache: Path, monke
 
     monkeypatch.setattr("builtins.open", counting_open)
     results: list[bool] = []
-    threads = [threading.Thread(target=lambda: results.append(mod.fetch(f"file://{src}", str(cache))[1]))
+    threads = [threading.Thread(target=lambda: results.append(mod.fetch(f"file://{src}", str(cache),
+                                                                        model_dirs=[str(tmp_path)])[1]))
                for _ in range(8)]
     for t in threads:
         t.start()
@@ -68,8 +69,8 @@ def test_concurrent_fetches_make_one_download(tmp_path: Path, cache: Path, monke
 
 
 def test_failed_fetch_leaves_no_entry(tmp_path: Path, cache: Path) -> None:
-    with pytest.raises(OSError):
-        mod.fetch(f"file://{tmp_path}/missing.gguf", str(cache))
+    with pytest.raises(mod.FetchError):
+        mod.fetch(f"file://{tmp_path}/missing.gguf", str(cache), model_dirs=[str(tmp_path)])
     assert not [p for p in cache.iterdir() if mod.is_cache_name(p.name)]
 
 
@@ -183,9 +184,9 @@ def test_module_through_ansible(tmp_path: Path, cache: Path) -> None:
         result: dict[str, object] = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
         return result
 
-    fetched = run(f"cache_dir={cache} source=file://{src}")
+    fetched = run(f"cache_dir={cache} source=file://{src} model_dirs={tmp_path}")
     assert fetched["changed"] is True and fetched["size_bytes"] == 1000
-    assert run(f"cache_dir={cache} source=file://{src}")["changed"] is False
+    assert run(f"cache_dir={cache} source=file://{src} model_dirs={tmp_path}")["changed"] is False
     names = json.dumps({"cache_dir": str(cache), "state": "absent", "names": [fetched["name"], "operator.gguf"]})
     gone = run(names)
     assert gone["removed"] == [{"name": fetched["name"], "size_bytes": 1000}]

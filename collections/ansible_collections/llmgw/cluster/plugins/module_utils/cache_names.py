@@ -18,7 +18,14 @@ PART_SUFFIX = ".part"
 
 
 def source_basename(source):
-    """The last path segment of a source URL, made safe for a file name."""
+    """The last path segment of a source URL, made safe for a file name.
+
+    A whole Hugging Face repository (hf://org/repo@commit?include=...) is named after
+    the repository: its revision and patterns are in the hash, not the name."""
+    if source.startswith("hf://"):
+        source = source.split("?", 1)[0]
+        if source[len("hf://"):].count("/") == 1:
+            source = source.split("@", 1)[0]
     tail = source.rstrip("/").rsplit("/", 1)[-1] or "weights"
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", tail)[:100].lstrip(".")
     return safe or "weights"
@@ -28,6 +35,11 @@ def cache_name(source):
     """The cache entry name for a source URL (hf://, https://, file://)."""
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
     return "%s-%s" % (digest, source_basename(source))
+
+
+def progress_name(name):
+    """The file beside a cache entry that tells how far its download has got (JSON)."""
+    return "." + name + ".progress"
 
 
 def is_cache_name(name):

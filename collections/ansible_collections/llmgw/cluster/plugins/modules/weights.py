@@ -8,9 +8,15 @@ DOCUMENTATION = r"""
 module: weights
 short_description: Fetch model weights into llmgw's cache, or remove llmgw's own cache entries safely
 description:
-  - With I(state=present), fetches I(source) (C(https://), C(hf://org/repo/file), C(file://)) into
-    I(cache_dir) under a name derived from a hash of the source. The download goes to C(NAME.part)
-    and is renamed when complete, so a finished name is always a whole file.
+  - With I(state=present), fetches I(source) (C(https://), C(hf://org/repo/file), C(file://), or a whole
+    Hugging Face repository C(hf://org/repo@COMMIT[?include=P,P&exclude=P])) into I(cache_dir) under a
+    name derived from a hash of the source. The download goes to C(NAME.part) and is renamed when
+    complete, so a finished name is always a whole file (or a whole snapshot folder).
+  - A whole repository is fetched with C(huggingface_hub) (resumable, verified) pinned to its commit;
+    the entry is the snapshot folder an engine loads.
+  - The token goes only to I(hf_endpoint)'s own origin, over https (http only with I(hf_allow_http)),
+    never to another host a source names or a redirect leads to. C(file://) sources are read only under
+    I(model_dirs). Entries are 0750/0640, root's and I(group)'s, never world-readable.
   - Single-flight per source on a host, through a lock file; eight shards starting together make one download.
   - Progress is readable while the download runs in C(.NAME.progress) (JSON with C(bytes), and C(total)
     only when the server sent a length).
@@ -49,6 +55,21 @@ options:
     default: https://huggingface.co
   hf_token:
     description: Token for gated Hugging Face repositories.
+    type: str
+  hf_allow_http:
+    description: Send the token to I(hf_endpoint) over plain http (a local mirror the site configured).
+    type: bool
+    default: false
+  model_dirs:
+    description: The host's C(llmgw_model_dirs); C(file://) sources outside them are refused.
+    type: list
+    elements: path
+    default: []
+  expected_bytes:
+    description: The size the control side expects, reported as the progress total for whole repositories.
+    type: int
+  group:
+    description: Group that owns the cache entries (the engines' group); root's when unset.
     type: str
   timeout:
     description: Seconds to wait for the source server to answer.
@@ -102,43 +123,137 @@ refused:
 
 import errno
 import fcntl
+import grp
 import json
 import os
+import re
 import shutil
+import sys
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.error import HTTPError
+from ansible.module_utils.six.moves.urllib.parse import urljoin, urlsplit
 from ansible.module_utils.urls import open_url
 
 try:  # running inside Ansible
     from ansible_collections.llmgw.cluster.plugins.module_utils.cache_names import (
-        PART_SUFFIX, cache_name, is_cache_name)
+        PART_SUFFIX, cache_name, is_cache_name, progress_name)
 except ImportError:  # imported directly by unit tests
-    from cache_names import PART_SUFFIX, cache_name, is_cache_name  # type: ignore[no-redef]
+    from cache_names import PART_SUFFIX, cache_name, is_cache_name, progress_name  # type: ignore[no-redef]
 
 CHUNK = 1024 * 1024
 PROGRESS_EVERY = 1.0  # seconds between progress file updates
+MAX_REDIRECTS = 10
+# hf://org/repo@<commit>[?include=a,b&exclude=c]: a whole repository, pinned by llmgw plan
+HF_REPO_RE = re.compile(r"^hf://([A-Za-z0-9][A-Za-z0-9._-]*)/([A-Za-z0-9][A-Za-z0-9._-]*)(?:@([A-Za-z0-9._-]+))?(?:\?(.*))?$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+PATTERN_RE = re.compile(r"^[A-Za-z0-9._*?\[\]/-]{1,200}$")
+
+
+class FetchError(Exception):
+    """A refusal or failure with a reason meant for the operator."""
 
 
 def progress_path(cache_dir, name):
-    return os.path.join(cache_dir, "." + name + ".progress")
+    return os.path.join(cache_dir, progress_name(name))
 
 
-def _write_progress(cache_dir, name, done, total):
+def _write_progress(cache_dir, name, done, total, state="running", error=None):
     path = progress_path(cache_dir, name)
     tmp = path + ".tmp"
+    doc = {"state": state, "pid": os.getpid(), "bytes": done, "total": total, "updated": time.time()}
+    if error:
+        doc["error"] = error
     with open(tmp, "w") as fh:
-        json.dump({"bytes": done, "total": total, "updated": time.time()}, fh)
+        json.dump(doc, fh)
     os.replace(tmp, path)
+
+
+def _forget_progress(cache_dir, name):
+    try:
+        os.unlink(progress_path(cache_dir, name))
+    except OSError:
+        pass
+
+
+def parse_hf_repo(source):
+    """(org/repo, revision, include, exclude) for a whole-repository hf:// source, else None."""
+    m = HF_REPO_RE.match(source)
+    if not m:
+        return None
+    include, exclude = [], []
+    for part in (m.group(4) or "").split("&"):
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        if key not in ("include", "exclude"):
+            raise FetchError("unknown hf:// option %r (include= and exclude= are known)" % key)
+        pats = [v for v in value.split(",") if v]
+        bad = [v for v in pats if not PATTERN_RE.match(v) or ".." in v]
+        if bad:
+            raise FetchError("hf:// %s patterns may hold only letters, digits and . _ - / * ? [ ]: %r" % (key, bad))
+        (include if key == "include" else exclude).extend(pats)
+    return "%s/%s" % (m.group(1), m.group(2)), m.group(3), include, exclude
 
 
 def resolve_url(source, hf_endpoint):
     if source.startswith("hf://"):
         parts = source[len("hf://"):].strip("/").split("/")
         if len(parts) < 3:
-            raise ValueError("hf:// sources must name a file: hf://org/repo/path/to/file")
+            raise FetchError("hf:// sources name a file (hf://org/repo/path/to/file) or a whole repository "
+                             "pinned to a commit (hf://org/repo@<commit>)")
         return "%s/%s/%s/resolve/main/%s" % (hf_endpoint.rstrip("/"), parts[0], parts[1], "/".join(parts[2:]))
     return source
+
+
+def _origin(url):
+    parts = urlsplit(url)
+    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+def endpoint_token(hf_endpoint, hf_token, allow_http):
+    """The token, once checked that it may go to the endpoint: over https, or http when the site allows it."""
+    if not hf_token:
+        return None
+    scheme = urlsplit(hf_endpoint).scheme
+    if scheme == "https" or (scheme == "http" and allow_http):
+        return hf_token
+    raise FetchError("refusing to send the Hugging Face token to %s over %s; the token goes only over https "
+                     "(or http to a local mirror configured with `mirror:` in llmgw.yaml)" % (hf_endpoint, scheme))
+
+
+def open_source(url, hf_endpoint, token, timeout):
+    """Open `url`, following redirects ourselves: the token goes only to the endpoint's own origin."""
+    for _ in range(MAX_REDIRECTS + 1):
+        same = token and _origin(url) == _origin(hf_endpoint)
+        headers = {"Authorization": "Bearer " + token} if same else {}
+        try:
+            return open_url(url, headers=headers, timeout=timeout, follow_redirects="none")
+        except HTTPError as exc:
+            location = exc.headers.get("Location") if exc.headers else None
+            if exc.code in (301, 302, 303, 307, 308) and location:
+                url = urljoin(url, location)
+                if urlsplit(url).scheme not in ("http", "https"):
+                    raise FetchError("redirected to a non-http URL %s" % url)
+                continue
+            raise
+    raise FetchError("more than %d redirects" % MAX_REDIRECTS)
+
+
+def local_path(source, model_dirs):
+    """The real path of a file:// source, only when it lies under one of the host's llmgw_model_dirs."""
+    path = os.path.realpath(source[len("file://"):])
+    for d in model_dirs:
+        real = os.path.realpath(d)
+        if real != "/" and (path + "/").startswith(real.rstrip("/") + "/") and path != real:
+            if not os.path.isfile(path):
+                raise FetchError("%s is not a file" % path)
+            return path
+    raise FetchError("file:// sources must lie under the host's llmgw_model_dirs (%s); %s does not"
+                     % (", ".join(model_dirs) or "none set", path))
 
 
 def _copy_stream(reader, out, total, cache_dir, name):
@@ -158,45 +273,137 @@ def _copy_stream(reader, out, total, cache_dir, name):
     return done
 
 
-def fetch(source, cache_dir, hf_endpoint="https://huggingface.co", hf_token=None, timeout=60):
+def _tree_bytes(path):
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _fetch_repo(source, part, cache_dir, name, hf_endpoint, token, expected, timeout):
+    """A whole repository snapshot into the folder `part`, with huggingface_hub (resumable, verified)."""
+    repo, revision, include, exclude = parse_hf_repo(source)
+    if not revision or not COMMIT_RE.match(revision):
+        raise FetchError("hf:// repositories reach hosts pinned to a commit (hf://%s@<40 hex>); `llmgw plan` "
+                         "pins them, so a replica never changes weights silently" % repo)
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise FetchError("huggingface_hub is not installed for %s on this host; the llmgw_weights role installs "
+                         "it from the control host's wheelhouse" % sys.executable)
+    os.makedirs(part, mode=0o750, exist_ok=True)
+    stop = threading.Event()
+
+    def report():  # bytes on disk so far (huggingface_hub's .incomplete files included)
+        while not stop.wait(PROGRESS_EVERY):
+            _write_progress(cache_dir, name, _tree_bytes(part), expected)
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    try:
+        snapshot_download(repo, revision=revision, local_dir=part, endpoint=hf_endpoint.rstrip("/"),
+                          token=token or False, allow_patterns=include or None, ignore_patterns=exclude or None,
+                          etag_timeout=timeout)
+    finally:
+        stop.set()
+        reporter.join()
+    # huggingface_hub's resume metadata is no part of the model; the finished entry holds only its files.
+    shutil.rmtree(os.path.join(part, ".cache"), ignore_errors=True)
+    done = _tree_bytes(part)
+    _write_progress(cache_dir, name, done, expected)
+    return done
+
+
+def _group_id(group):
+    if not group:
+        return -1
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise FetchError("group %r does not exist on this host (the engines' group)" % group)
+
+
+def secure(path, gid):
+    """0750 folders and 0640 files, root's and the engines' group: weights are not world-readable."""
+    entries = [(path, os.path.isdir(path) and not os.path.islink(path))]
+    if entries[0][1]:
+        for d, dirs, files in os.walk(path):
+            entries += [(os.path.join(d, x), True) for x in dirs] + [(os.path.join(d, x), False) for x in files]
+    for p, is_dir in entries:
+        if os.path.islink(p):
+            continue
+        os.chmod(p, 0o750 if is_dir else 0o640)
+        if gid >= 0:
+            os.chown(p, -1, gid)
+
+
+def fetch(source, cache_dir, hf_endpoint="https://huggingface.co", hf_token=None, timeout=60, model_dirs=(),
+          allow_http=False, expected_bytes=None, group=None):
     """Fetch `source` into the cache unless present; returns (path, changed). Single-flight per source."""
     name = cache_name(source)
     final = os.path.join(cache_dir, name)
-    if os.path.exists(final):
-        return final, False
-    os.makedirs(cache_dir, mode=0o755, exist_ok=True)
-    lock_fd = os.open(os.path.join(cache_dir, "." + name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    gid = _group_id(group)
+    old_umask = os.umask(0o027)
     try:
-        # Whoever holds the lock downloads; the others wait here and then find the file.
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
         if os.path.exists(final):
+            secure(final, gid)
+            _forget_progress(cache_dir, name)
             return final, False
-        part = final + PART_SUFFIX
-        with open(part, "wb") as out:
-            if source.startswith("file://"):
-                src = source[len("file://"):]
-                total = os.path.getsize(src)
-                with open(src, "rb") as reader:
-                    done = _copy_stream(reader, out, total, cache_dir, name)
-            else:
-                headers = {"Authorization": "Bearer " + hf_token} if hf_token else {}
-                resp = open_url(resolve_url(source, hf_endpoint), headers=headers, timeout=timeout,
-                                follow_redirects="all")
-                length = resp.headers.get("Content-Length")
-                total = int(length) if length and length.isdigit() else None
-                done = _copy_stream(resp, out, total, cache_dir, name)
-            if total is not None and done != total:
-                raise IOError("short download: %d of %d bytes" % (done, total))
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(part, final)
+        os.makedirs(cache_dir, mode=0o750, exist_ok=True)
+        lock_fd = os.open(os.path.join(cache_dir, "." + name + ".lock"), os.O_RDWR | os.O_CREAT, 0o640)
         try:
-            os.unlink(progress_path(cache_dir, name))
-        except OSError:
-            pass
-        return final, True
+            # Whoever holds the lock downloads; the others wait here and then find the entry.
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            if os.path.exists(final):
+                _forget_progress(cache_dir, name)
+                return final, False
+            try:
+                _write_progress(cache_dir, name, 0, expected_bytes)
+                _fetch_locked(source, final, cache_dir, name, hf_endpoint, hf_token, timeout, model_dirs,
+                              allow_http, expected_bytes)
+            except Exception as exc:
+                _write_progress(cache_dir, name, 0, expected_bytes, state="failed", error=str(exc))
+                raise
+            secure(final, gid)
+            _forget_progress(cache_dir, name)
+            return final, True
+        finally:
+            os.close(lock_fd)
     finally:
-        os.close(lock_fd)
+        os.umask(old_umask)
+
+
+def _fetch_locked(source, final, cache_dir, name, hf_endpoint, hf_token, timeout, model_dirs, allow_http,
+                  expected_bytes):
+    part = final + PART_SUFFIX
+    if source.startswith("hf://") and parse_hf_repo(source) is not None:
+        token = endpoint_token(hf_endpoint, hf_token, allow_http)
+        _fetch_repo(source, part, cache_dir, name, hf_endpoint, token, expected_bytes, timeout)
+        os.rename(part, final)
+        return
+    with open(part, "wb") as out:
+        if source.startswith("file://"):
+            src = local_path(source, model_dirs)
+            total = os.path.getsize(src)
+            with open(src, "rb") as reader:
+                done = _copy_stream(reader, out, total, cache_dir, name)
+        elif source.startswith(("hf://", "https://", "http://")):
+            token = endpoint_token(hf_endpoint, hf_token, allow_http)
+            resp = open_source(resolve_url(source, hf_endpoint), hf_endpoint, token, timeout)
+            length = resp.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            done = _copy_stream(resp, out, total, cache_dir, name)
+        else:
+            raise FetchError("unknown source scheme (https://, hf:// and file:// are fetched)")
+        if total is not None and done != total:
+            raise IOError("short download: %d of %d bytes" % (done, total))
+        out.flush()
+        os.fsync(out.fileno())
+    os.rename(part, final)
 
 
 def _open_by(path):
@@ -300,6 +507,10 @@ def build_module():
             in_use=dict(type="list", elements="str", default=[]),
             hf_endpoint=dict(type="str", default="https://huggingface.co"),
             hf_token=dict(type="str", no_log=True),
+            hf_allow_http=dict(type="bool", default=False),
+            model_dirs=dict(type="list", elements="path", default=[]),
+            expected_bytes=dict(type="int"),
+            group=dict(type="str"),
             timeout=dict(type="int", default=60),
         ),
         required_if=[("state", "present", ["source"])],
@@ -316,12 +527,17 @@ def main():
         if module.check_mode:
             present = os.path.exists(path)
             module.exit_json(changed=not present, name=name, path=path,
-                             size_bytes=os.path.getsize(path) if present else None)
+                             size_bytes=_size(path) if present else None)
         try:
-            path, changed = fetch(p["source"], p["cache_dir"], p["hf_endpoint"], p["hf_token"], p["timeout"])
+            path, changed = fetch(p["source"], p["cache_dir"], p["hf_endpoint"], p["hf_token"], p["timeout"],
+                                  p["model_dirs"], p["hf_allow_http"], p["expected_bytes"], p["group"])
         except Exception as exc:  # noqa: BLE001 - every failure becomes a module failure with the reason
+            try:  # weights_progress tells the role the download is over (a no-op when the cache is unwritable)
+                _write_progress(p["cache_dir"], name, 0, None, state="failed", error=str(exc))
+            except OSError:
+                pass
             module.fail_json(msg="cannot fetch %s: %s" % (p["source"], exc), name=name)
-        module.exit_json(changed=changed, name=name, path=path, size_bytes=os.path.getsize(path))
+        module.exit_json(changed=changed, name=name, path=path, size_bytes=_size(path))
     removed, refused = remove(p["cache_dir"], p["names"], p["in_use"], module.check_mode)
     module.exit_json(changed=bool(removed), removed=removed, refused=refused)
 
