@@ -19,7 +19,6 @@ import pytest
 from tests.facts.support import module, plugin, util, write_tree
 
 ib = util("ib")
-node = util("node")
 ib_facts = module("ib_facts")
 
 HERE = Path(__file__).parent

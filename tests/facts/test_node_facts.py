@@ -13,7 +13,12 @@ import pytest
 
 from tests.facts.support import module, util, write_tree
 
-node = util("node")
+cpu_memory = util("cpu_memory")
+engine_versions = util("engine_versions")
+host_io = util("host_io")
+mounts = util("mounts")
+units = util("units")
+weight_files = util("weight_files")
 cache_names = util("cache_names")
 node_facts = module("node_facts")
 
@@ -26,7 +31,7 @@ MEMINFO = "MemTotal:       32768000 kB\nMemFree:         1000000 kB\n"  # 32000 
 
 def test_memtotal_without_cgroup_limit(tmp_path: Path) -> None:
     root = write_tree(tmp_path, {"proc/meminfo": MEMINFO})
-    assert node.memory_facts(str(root)) == {"meminfo_total_mb": 32000, "cgroup_limit_mb": None, "total_mb": 32000}
+    assert cpu_memory.memory_facts(str(root)) == {"meminfo_total_mb": 32000, "cgroup_limit_mb": None, "total_mb": 32000}
 
 
 def test_cgroup_v2_limit_of_the_container_lowers_memory(tmp_path: Path) -> None:
@@ -39,7 +44,7 @@ def test_cgroup_v2_limit_of_the_container_lowers_memory(tmp_path: Path) -> None:
         "sys/fs/cgroup/user.slice/memory.max": "max\n",
         "sys/fs/cgroup/user.slice/user-0.slice/session-3.scope/memory.max": "max\n",
     })
-    assert node.memory_facts(str(root)) == {"meminfo_total_mb": 32000, "cgroup_limit_mb": 4096, "total_mb": 4096}
+    assert cpu_memory.memory_facts(str(root)) == {"meminfo_total_mb": 32000, "cgroup_limit_mb": 4096, "total_mb": 4096}
 
 
 def test_cgroup_v2_tightest_limit_along_the_path_wins(tmp_path: Path) -> None:
@@ -51,7 +56,7 @@ def test_cgroup_v2_tightest_limit_along_the_path_wins(tmp_path: Path) -> None:
         "sys/fs/cgroup/a/memory.max": f"{2 * GIB}\n",
         "sys/fs/cgroup/a/b/memory.max": "max\n",
     })
-    assert node.memory_facts(str(root))["total_mb"] == 2048
+    assert cpu_memory.memory_facts(str(root))["total_mb"] == 2048
 
 
 def test_cgroup_v1_limit_and_unlimited_value(tmp_path: Path) -> None:
@@ -60,9 +65,9 @@ def test_cgroup_v1_limit_and_unlimited_value(tmp_path: Path) -> None:
         "proc/self/cgroup": "12:pids:/\n4:memory:/\n0::/\n",
         "sys/fs/cgroup/memory/memory.limit_in_bytes": f"{3 * GIB}\n",
     }
-    assert node.memory_facts(str(write_tree(tmp_path / "limited", files)))["total_mb"] == 3072
+    assert cpu_memory.memory_facts(str(write_tree(tmp_path / "limited", files)))["total_mb"] == 3072
     files["sys/fs/cgroup/memory/memory.limit_in_bytes"] = "9223372036854771712\n"  # v1's "no limit"
-    assert node.memory_facts(str(write_tree(tmp_path / "free", files)))["cgroup_limit_mb"] is None
+    assert cpu_memory.memory_facts(str(write_tree(tmp_path / "free", files)))["cgroup_limit_mb"] is None
 
 
 def test_cgroup_v1_in_a_container_that_sees_only_its_own_subtree(tmp_path: Path) -> None:
@@ -77,7 +82,7 @@ def test_cgroup_v1_in_a_container_that_sees_only_its_own_subtree(tmp_path: Path)
         "sys/fs/cgroup/memory/user.slice/memory.limit_in_bytes": f"{GIB}\n",
         "sys/fs/cgroup/memory/user.slice/user-0.slice/memory.limit_in_bytes": "9223372036854771712\n",
     })
-    assert node.memory_facts(str(root))["total_mb"] == 1024
+    assert cpu_memory.memory_facts(str(root))["total_mb"] == 1024
 
 
 def test_limit_above_memtotal_is_not_what_the_host_has(tmp_path: Path) -> None:
@@ -87,17 +92,17 @@ def test_limit_above_memtotal_is_not_what_the_host_has(tmp_path: Path) -> None:
         "sys/fs/cgroup/cgroup.controllers": "memory\n",
         "sys/fs/cgroup/memory.max": f"{64 * GIB}\n",
     })
-    assert node.memory_facts(str(root))["total_mb"] == 32000
+    assert cpu_memory.memory_facts(str(root))["total_mb"] == 32000
 
 
 def test_unreadable_meminfo_is_unknown_not_zero(tmp_path: Path) -> None:
-    assert node.memory_facts(str(tmp_path))["total_mb"] is None
+    assert cpu_memory.memory_facts(str(tmp_path))["total_mb"] is None
 
 
 def test_real_memtotal_of_this_machine() -> None:
     with open("/proc/meminfo") as fh:
         kb = next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:"))
-    assert node.meminfo_total_mb("/") == kb // 1024
+    assert cpu_memory.meminfo_total_mb("/") == kb // 1024
 
 
 # ---------------------------------------------------------------------------- CPUs
@@ -105,15 +110,15 @@ def test_real_memtotal_of_this_machine() -> None:
 
 def test_cpus_from_affinity_and_quota(tmp_path: Path) -> None:
     files = {"proc/self/status": "Name:\tx\nCpus_allowed_list:\t0-3,8-11\n", "proc/self/cgroup": "0::/\n"}
-    assert node.cpu_count(str(write_tree(tmp_path / "a", files))) == 8
+    assert cpu_memory.cpu_count(str(write_tree(tmp_path / "a", files))) == 8
     files.update({"sys/fs/cgroup/cgroup.controllers": "cpu\n", "sys/fs/cgroup/cpu.max": "250000 100000\n"})
-    assert node.cpu_count(str(write_tree(tmp_path / "b", files))) == 3
+    assert cpu_memory.cpu_count(str(write_tree(tmp_path / "b", files))) == 3
     files["sys/fs/cgroup/cpu.max"] = "max 100000\n"
-    assert node.cpu_count(str(write_tree(tmp_path / "c", files))) == 8
+    assert cpu_memory.cpu_count(str(write_tree(tmp_path / "c", files))) == 8
 
 
 def test_cpus_of_this_machine() -> None:
-    assert node.cpu_count("/") == len(os.sched_getaffinity(0))
+    assert cpu_memory.cpu_count("/") == len(os.sched_getaffinity(0))
 
 
 # ---------------------------------------------------------------------------- filesystems
@@ -123,9 +128,9 @@ def test_mountinfo_parsing_unescapes_and_skips_junk() -> None:
     text = ("36 35 98:0 /mnt1 /mnt/my\\040disk rw,noatime master:1 - ext3 /dev/root rw,errors=continue\n"
             "garbage line\n"
             "40 35 0:50 / /models rw,relatime shared:5 - nfs4 filer:/export/models rw,vers=4.2\n")
-    mounts = node.parse_mountinfo(text)
-    assert mounts == [node.Mount(98, 0, "/mnt/my disk", "ext3", "/dev/root"),
-                      node.Mount(0, 50, "/models", "nfs4", "filer:/export/models")]
+    parsed = mounts.parse_mountinfo(text)
+    assert parsed == [mounts.Mount(98, 0, "/mnt/my disk", "ext3", "/dev/root"),
+                      mounts.Mount(0, 50, "/models", "nfs4", "filer:/export/models")]
 
 
 @pytest.mark.parametrize(("fstype", "shared"), [
@@ -135,14 +140,14 @@ def test_mountinfo_parsing_unescapes_and_skips_junk() -> None:
     ("fuse.lxcfs", False), ("zfs", False), ("btrfs", False),
 ])
 def test_shared_file_systems(fstype: str, shared: bool) -> None:
-    assert node.is_shared(fstype) is shared
+    assert mounts.is_shared(fstype) is shared
 
 
 def test_two_dirs_on_one_disk_are_one_pool_and_missing_dirs_are_skipped(tmp_path: Path) -> None:
     a, b = tmp_path / "models", tmp_path / "cache"
     a.mkdir()
     b.mkdir()
-    fss = node.filesystems([str(a), str(b), str(tmp_path / "absent")], node.read_mounts("/"))
+    fss = mounts.filesystems([str(a), str(b), str(tmp_path / "absent")], mounts.read_mounts("/"))
     assert len(fss) == 1
     fs = fss[0]
     vfs = os.statvfs(a)
@@ -157,7 +162,7 @@ def test_dirs_on_two_file_systems_are_two_pools(tmp_path: Path) -> None:
     shm = Path("/dev/shm") / f"llmgw-facts-test-{os.getpid()}"
     shm.mkdir()
     try:
-        fss = node.filesystems([str(tmp_path), str(shm)], node.read_mounts("/"))
+        fss = mounts.filesystems([str(tmp_path), str(shm)], mounts.read_mounts("/"))
     finally:
         shm.rmdir()
     by_type = {f["fstype"]: f for f in fss}
@@ -173,7 +178,7 @@ def test_a_network_mount_is_shared(tmp_path: Path) -> None:
     fake = write_tree(tmp_path / "root", {"proc/self/mountinfo": (
         f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
         f"2 1 {os.major(dev)}:{os.minor(dev)} / {tmp_path} rw - nfs4 filer:/export rw\n")})
-    (fs,) = node.filesystems([str(models)], node.read_mounts(str(fake)))
+    (fs,) = mounts.filesystems([str(models)], mounts.read_mounts(str(fake)))
     assert (fs["mount"], fs["fstype"], fs["device"], fs["shared"]) == (str(tmp_path), "nfs4", "filer:/export", True)
 
 
@@ -208,7 +213,7 @@ def test_weights_cache_entries_operator_files_and_what_is_not_weights(tmp_path: 
     _file(models / "readme.txt", 5)
     (models / "nothing-here").mkdir()
 
-    found = node.find_weights([str(models), str(models / "llama")], str(cache), cache_names.is_cache_name)
+    found = weight_files.find_weights([str(models), str(models / "llama")], str(cache), cache_names.is_cache_name)
     by_path = {w["path"]: w for w in found}
     assert set(by_path) == {str(entry), str(folder_entry), str(stray), str(gguf), str(hf)}
     assert by_path[str(entry)] == {"path": str(entry), "size_bytes": 4000, "cache": True,
@@ -219,7 +224,8 @@ def test_weights_cache_entries_operator_files_and_what_is_not_weights(tmp_path: 
 
 
 def test_no_weights_is_an_empty_list(tmp_path: Path) -> None:
-    assert node.find_weights([str(tmp_path / "absent")], str(tmp_path / "nocache"), cache_names.is_cache_name) == []
+    assert weight_files.find_weights([str(tmp_path / "absent")], str(tmp_path / "nocache"),
+                                     cache_names.is_cache_name) == []
 
 
 # ---------------------------------------------------------------------------- units, engines, the module
@@ -227,19 +233,19 @@ def test_no_weights_is_an_empty_list(tmp_path: Path) -> None:
 
 def test_units_without_systemd_are_unknown_with_the_reason() -> None:
     """This machine does not boot systemd: the real systemctl says so, and units are unknown."""
-    units, reason = node.llmgw_units(node.run_command)
-    assert units is None
+    found, reason = units.llmgw_units(host_io.run_command)
+    assert found is None
     assert reason is not None and "systemd" in reason
 
 
 def test_a_missing_program_is_a_reason_not_a_crash() -> None:
-    assert node.run_command(["/nonexistent/systemctl"])[0] == 127
-    assert node.llmgw_units(lambda argv: node.run_command(["/nonexistent/" + argv[0]]))[1] == (
+    assert host_io.run_command(["/nonexistent/systemctl"])[0] == 127
+    assert units.llmgw_units(lambda argv: host_io.run_command(["/nonexistent/" + argv[0]]))[1] == (
         "systemctl is not installed (no systemd)")
 
 
 def test_no_engine_installed_here() -> None:
-    assert node.engine_versions(node.run_command, ["/nonexistent"]) == {}
+    assert engine_versions.engine_versions(host_io.run_command, ["/nonexistent"]) == {}
 
 
 def test_vllm_and_sglang_in_the_engine_roles_virtualenvs(tmp_path: Path) -> None:
@@ -247,7 +253,7 @@ def test_vllm_and_sglang_in_the_engine_roles_virtualenvs(tmp_path: Path) -> None
     (engines / "vllm/lib/python3.11/site-packages/vllm-0.8.5.post1.dist-info").mkdir(parents=True)
     (engines / "sglang/lib/python3.12/site-packages/sglang-0.4.6.post5.dist-info").mkdir(parents=True)
     (engines / "sglang/lib/python3.12/site-packages/sglang_router-0.1.4.dist-info").mkdir(parents=True)
-    assert node.engine_versions(node.run_command, [], str(engines)) == {"vllm": "0.8.5.post1",
+    assert engine_versions.engine_versions(host_io.run_command, [], str(engines)) == {"vllm": "0.8.5.post1",
                                                                          "sglang": "0.4.6.post5"}
 
 
@@ -259,8 +265,8 @@ def test_llama_server_version_from_the_real_binary(tmp_path: Path) -> None:
     engine_dir = tmp_path / "engines" / "llamacpp" / "0123456789abcdef"
     engine_dir.mkdir(parents=True)
     (engine_dir / "llama-server").symlink_to(built)
-    versions = node.engine_versions(node.run_command, [], str(tmp_path / "engines"))
-    _, out, err = node.run_command([str(engine_dir / "llama-server"), "--version"])
+    versions = engine_versions.engine_versions(host_io.run_command, [], str(tmp_path / "engines"))
+    _, out, err = host_io.run_command([str(engine_dir / "llama-server"), "--version"])
     first = next(line for line in (out + err).splitlines() if line.startswith("version:"))
     assert versions["llamacpp"] == first.removeprefix("version:").strip()  # e.g. "0.5.0-dev (build 1, commit ...)"
     assert versions["llamacpp"][0].isdigit()

@@ -102,7 +102,7 @@ from ansible_collections.llmgw.cluster.plugins.module_utils.ib import (
     read_adapters,
     run_ibnetdiscover,
 )
-from ansible_collections.llmgw.cluster.plugins.module_utils.node import run_command
+from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import run_command
 
 ARGUMENT_SPEC = {
     "ibnetdiscover": {"type": "bool", "default": False},

@@ -133,16 +133,12 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmgw.cluster.plugins.module_utils.cache_names import is_cache_name
-from ansible_collections.llmgw.cluster.plugins.module_utils.node import (
-    cpu_count,
-    engine_versions,
-    filesystems,
-    find_weights,
-    llmgw_units,
-    memory_facts,
-    read_mounts,
-    run_command,
-)
+from ansible_collections.llmgw.cluster.plugins.module_utils.cpu_memory import cpu_count, memory_facts
+from ansible_collections.llmgw.cluster.plugins.module_utils.engine_versions import engine_versions
+from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import run_command
+from ansible_collections.llmgw.cluster.plugins.module_utils.mounts import filesystems, read_mounts
+from ansible_collections.llmgw.cluster.plugins.module_utils.units import llmgw_units
+from ansible_collections.llmgw.cluster.plugins.module_utils.weight_files import find_weights
 
 ARGUMENT_SPEC = {
     "model_dirs": {"type": "list", "elements": "path", "default": []},
