@@ -107,6 +107,9 @@ class Model(BaseModel):
     exclude: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]/-]{1,200}$")]] = Field(default_factory=list)
     fallbacks: list[Name] = Field(default_factory=list)
     scaling: Scaling = Scaling()
+    # Host labels (llmgw_labels) whose values are failure domains: replicas go to different
+    # values when they fit, after different hosts and `llmgw_failure_domain` (planner/placement.py).
+    spread: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]] = Field(default_factory=list)
     profiles: Annotated[list[Profile], Field(min_length=1)]
 
     @field_validator("source")

@@ -1,20 +1,32 @@
 """`llmgw explain MODEL`: every candidate node per profile, and why it was or was not chosen.
 
 Explain runs the very same plan as `llmgw plan`, recording each placement attempt of
-the one model, so what it says is what the plan did, not a second opinion.
+the one model, so what it says is what the plan did, not a second opinion. It also says
+how the model's replicas are spread (hosts, failure domains, `spread:` labels) and, where
+they share one, what kept the other candidates out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmgw.catalog import Model, Profile
 from llmgw.errors import PlanError
 from llmgw.planner.inputs import PlanInputs
-from llmgw.planner.placement import Verdict
+from llmgw.planner.placement import FAILURE_DOMAIN_VAR, Verdict
 from llmgw.planner.reconcile import Attempt, Trace, traced_plan
 from llmgw.planner.schema import Plan, PlannedReplica
+
+
+@dataclass(frozen=True)
+class SpreadLevel:
+    """One level a model spreads over: the values its replicas use, and the other candidates
+    that would have spread it further with why they could not (only when replicas share a value)."""
+
+    name: str  # "host", "failure domain", "label rack"
+    used: list[str]
+    not_further: list[tuple[str, str]]  # (node, reason)
 
 
 @dataclass(frozen=True)
@@ -22,6 +34,7 @@ class Explanation:
     model: Model
     plan: Plan
     trace: Trace
+    spread: list[SpreadLevel] = field(default_factory=list)
 
     @property
     def replicas(self) -> list[PlannedReplica]:
@@ -50,7 +63,73 @@ def explain(inputs: PlanInputs, name: str) -> Explanation:
         raise PlanError(f"{name} is not in the catalog, so it is never placed",
                         hint=f"models in the catalog: {known}")
     plan, trace = traced_plan(inputs, model.name)
-    return Explanation(model, plan, trace)
+    return Explanation(model, plan, trace, _spread(inputs, model, plan, trace))
+
+
+_FITS_NOW = "fits now; replicas placed before stay where they are (a drain or a new replica would go apart)"
+
+
+def _spread(inputs: PlanInputs, model: Model, plan: Plan, trace: Trace) -> list[SpreadLevel]:
+    replicas = [r for r in plan.desired.replicas if r.model == model.name]
+    if len(replicas) < 2:
+        return []
+    leaders = [r.shards[0].node for r in replicas if r.shards]
+    reasons: dict[str, str] = {}
+    profile = replicas[0].profile
+    for v in trace.final_verdicts.get(profile, []):
+        if v.node is not None:
+            reasons[v.node] = v.reason or _FITS_NOW
+    hosts = inputs.nodes
+
+    def value_of(level: str, name: str) -> str | None:
+        h = hosts.get(name)
+        if h is None:
+            return None
+        if level == "host":
+            return name
+        if level == "failure domain":
+            raw = h.vars.get(FAILURE_DOMAIN_VAR)
+            return None if raw is None or raw == "" else str(raw)
+        return h.labels.get(level.removeprefix("label "))
+
+    out = []
+    for level in ("host", "failure domain", *(f"label {lb}" for lb in model.spread)):
+        used: list[str] = []
+        for n in leaders:
+            val = value_of(level, n)
+            if val is not None and val not in used:
+                used.append(val)
+        if not used:
+            continue  # no host declares this level
+        others: list[tuple[str, str]] = []
+        if len(used) < len(leaders):
+            for name in sorted(hosts):
+                val = value_of(level, name)
+                if val is not None and val not in used:
+                    others.append((name, reasons.get(name, "not a node")))
+        out.append(SpreadLevel(level, used, others))
+    return out
+
+
+def _spread_lines(e: Explanation) -> list[str]:
+    if not e.spread:
+        return []
+    n = len(e.replicas)
+
+    def count(level: SpreadLevel) -> str:
+        k = len(level.used)
+        return f"{k} {level.name}{'s' if k != 1 else ''} ({', '.join(level.used)})"
+
+    lines = [f"Spread: {n} replicas on {', '.join(count(level) for level in e.spread)}."]
+    for level in e.spread:
+        if level.not_further:
+            lines.append(f"  Not on more {level.name}s:")
+            lines.extend(f"    {node}: {why.removeprefix(node + ': ')}" for node, why in level.not_further[:8])
+            if len(level.not_further) > 8:
+                lines.append(f"    ... and {len(level.not_further) - 8} more")
+        elif len(level.used) < n:
+            lines.append(f"  Not on more {level.name}s: there are no others.")
+    return lines
 
 
 def describe_profile(p: Profile) -> str:
@@ -115,6 +194,7 @@ def render_explanation(e: Explanation) -> str:
     for r in replicas:
         how = "new in this plan" if r.status == "new" else "runs there now (kept)"
         out.append(f"  {_where(r)}: {how}")
+    out.extend(_spread_lines(e))
     for a in e.trace.attempts:
         out.append("")
         out.extend(_attempt_lines(m, a, e.trace.stale))
@@ -152,5 +232,11 @@ def explanation_json(e: Explanation) -> dict[str, Any]:
                      for a in e.trace.attempts],
         "now": {name: [_verdict_json(v, []) for v in vs] for name, vs in e.trace.final_verdicts.items()},
         "unplaced": [u.model_dump(mode="json") for u in e.plan.unplaced if u.model == m.name],
+        "spread": {"hosts": next((lv.used for lv in e.spread if lv.name == "host"), []),
+                   "levels": [{"level": lv.name, "used": lv.used,
+                               "not_further": [{"node": n, "reason": why} for n, why in lv.not_further]}
+                              for lv in e.spread],
+                   "not_further": [{"level": lv.name, "node": n, "reason": why}
+                                   for lv in e.spread for n, why in lv.not_further]},
         "notes": list(e.plan.notes),
     }

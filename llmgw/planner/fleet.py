@@ -261,6 +261,10 @@ class Fleet:
         self._holders: dict[str, list[NodeView]] = {}
         self._holder_set: dict[str, frozenset[int]] = {}
         self.live_holders: dict[tuple[StaticKey, str], list[NodeView]] = {}
+        # source -> ordinals of the nodes its replicas' shards are on (one entry per shard),
+        # for spreading a model's replicas. Nodes being drained are left out: what runs
+        # there is on its way elsewhere.
+        self.placed: dict[str, list[int]] = {}
 
     def holders(self, source: str, name: str) -> list[NodeView]:
         """Nodes already holding `source`'s weights (facts only), in name order."""
@@ -310,6 +314,8 @@ class Fleet:
         """Record that a shard uses these GPUs, memory, port and (unless present) disk for its weights."""
         node.use(gpus)
         node.mem_reserved_mb += memory_gb * MB_PER_GB
+        if source is not None and node.host.node_state != "draining":
+            self.placed.setdefault(source, []).append(node.ordinal)
         if port is not None:
             node.ports.add(port)
         if source is not None and node.disk_key is not None and not self.holds(node, source, name):

@@ -7,9 +7,14 @@ did not report a resource passes that filter: an old or unconfigured host is not
 small one. GPUs are the exception that proves the rule: a shard is given GPU indices,
 and a node whose GPUs are not known has none to give.
 
-Preferences never reject: nodes holding the weights first; for multi-node replicas one
-leaf, aligned rails and full-rate cables; then packing onto partly used nodes (fewest
-GPUs left over) so whole nodes stay free for multi-node replicas; then name order.
+Preferences never reject. For single-node replicas, spread comes first, as Kubernetes'
+topology spread does: a node without a replica of the same model (same weights) before
+one with, then a failure domain without one — the host's `llmgw_failure_domain`, then
+each host label the model names in `spread:`, then the leaf switches it hangs off.
+Among equally spread nodes: the ones holding the weights (so weights break ties, never
+the other way round); for multi-node replicas one leaf, aligned rails and full-rate
+cables; then packing onto partly used nodes (fewest GPUs left over) so whole nodes stay
+free for multi-node replicas; then name order.
 """
 
 from __future__ import annotations
@@ -188,8 +193,77 @@ def _pack(node: NodeView, gpu_class: str | None) -> tuple[bool, int]:
     return (not node.partly_used, node.free_count(gpu_class))
 
 
-def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need) -> NodeView | None:
-    """The lowest-named node in one bucket that passes the remaining filters."""
+FAILURE_DOMAIN_VAR = "llmgw_failure_domain"
+
+
+def failure_domain(node: NodeView) -> str | None:
+    """The host's declared failure domain (a room, a power feed...), or None."""
+    value = node.host.vars.get(FAILURE_DOMAIN_VAR)
+    return None if value is None or value == "" else str(value)
+
+
+def leaf_set(node: NodeView) -> frozenset[str]:
+    """Every leaf switch the node's adapters hang off, on any fabric."""
+    return frozenset(leaf for pairs in node.leaves.values() for _adapter, leaf in pairs)
+
+
+def domain_levels(model: Model) -> tuple[str, ...]:
+    """The failure-domain levels a model spreads over, after hosts, for people to read."""
+    return ("failure domain", *(f"label {label}" for label in model.spread), "leaf switch")
+
+
+def domain_values(node: NodeView, labels: Sequence[str]) -> tuple[str | None, ...]:
+    """The node's value at each level but the leaf (None: not declared, so never crowded)."""
+    return (failure_domain(node), *(node.host.labels.get(label) for label in labels))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Where one model's replicas already are, as placement weighs a node for the next one."""
+
+    labels: tuple[str, ...]
+    hosts: dict[int, int]  # node ordinal -> replicas (shards) there
+    domains: tuple[dict[str, int], ...]  # per level of domain_values: value -> replicas there
+    leaves: tuple[frozenset[str], ...]  # the leaf sets of the nodes replicas are on
+
+    def penalty(self, node: NodeView) -> tuple[int, ...]:
+        """How crowded `node` is for this model, most important level first; all zero: apart."""
+        out = [self.hosts.get(node.ordinal, 0)]
+        for value, counts in zip(domain_values(node, self.labels), self.domains, strict=True):
+            out.append(0 if value is None else counts.get(value, 0))
+        mine = leaf_set(node)
+        out.append(sum(1 for ls in self.leaves if ls & mine) if mine else 0)
+        return tuple(out)
+
+    @property
+    def zero(self) -> tuple[int, ...]:
+        return (0,) * (len(self.labels) + 3)
+
+
+def spread_of(fleet: Fleet, need: Need) -> Spread | None:
+    """Where replicas with these weights already are (this plan's and kept ones); None: nowhere."""
+    ordinals = fleet.placed.get(need.source)
+    if not ordinals:
+        return None
+    labels = tuple(need.model.spread)
+    hosts: dict[int, int] = {}
+    domains: tuple[dict[str, int], ...] = tuple({} for _ in range(len(labels) + 1))
+    leaves: list[frozenset[str]] = []
+    for o in ordinals:
+        hosts[o] = hosts.get(o, 0) + 1
+        node = fleet.nodes[o]
+        for value, counts in zip(domain_values(node, labels), domains, strict=True):
+            if value is not None:
+                counts[value] = counts.get(value, 0) + 1
+        ls = leaf_set(node)
+        if ls:
+            leaves.append(ls)
+    return Spread(labels, hosts, domains, tuple(leaves))
+
+
+def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need,
+             skip: Callable[[NodeView], bool] | None = None) -> NodeView | None:
+    """The lowest-named node in one bucket that passes the remaining filters (and is not skipped)."""
     heap = idx.buckets.get(slot)
     if not heap:
         return None
@@ -200,7 +274,7 @@ def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need) ->
         if idx.slot(node) != slot:
             heapq.heappop(heap)  # stale: the node moved to another bucket
             continue
-        if dynamic_fault(fleet, node, need, gpus_checked=True) is None:
+        if (skip is None or not skip(node)) and dynamic_fault(fleet, node, need, gpus_checked=True) is None:
             found = node
             break
         skipped.append(heapq.heappop(heap))
@@ -210,6 +284,30 @@ def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need) ->
 
 
 def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
+    spread = spread_of(fleet, need)
+    if spread is None:
+        return _best_single(fleet, need, members)
+    zero = spread.zero
+    found = _best_single(fleet, need, members, lambda n: spread.penalty(n) != zero)
+    if found is not None:
+        return found
+    # Nowhere fully apart: the least crowded node that fits, then weights, packing, names.
+    holders = {n.ordinal for n in fleet.holders(need.source, need.cache_name)}
+    fits = [n for n in members if dynamic_fault(fleet, n, need) is None]
+    if not fits:
+        return None
+    p = need.profile
+
+    def key(n: NodeView) -> tuple[object, ...]:
+        fit = _pack(n, p.gpu_class) if p.gpus > 0 else (bool(n.gpus), 0)
+        return (spread.penalty(n), n.ordinal not in holders, *fit, n.ordinal)
+
+    return Choice((min(fits, key=key),))
+
+
+def _best_single(fleet: Fleet, need: Need, members: list[NodeView],
+                 skip: Callable[[NodeView], bool] | None = None) -> Choice | None:
+    """Holders of the weights first, then CPU-only nodes for CPU shards, else best fit by GPUs."""
     p = need.profile
     # Every filter is monotone within a plan (usage only grows), so a holder that fails once
     # is dropped for good: the list shrinks to the holders that can still take a shard.
@@ -220,18 +318,20 @@ def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice 
         holders = [n for n in fleet.holders(need.source, need.cache_name) if n.ordinal in inside]
     fits = [n for n in holders if dynamic_fault(fleet, n, need) is None]
     fleet.live_holders[slot] = fits
+    if skip is not None:
+        fits = [n for n in fits if not skip(n)]
     if fits:
         return Choice((min(fits, key=lambda n: (*_pack(n, p.gpu_class), n.ordinal)),))
     if p.gpus == 0:
         # CPU shards go to nodes without GPUs first, so GPU nodes keep their memory for GPU work.
         for n in sorted(members, key=lambda n: (bool(n.gpus), n.ordinal)):
-            if dynamic_fault(fleet, n, need) is None:
+            if (skip is None or not skip(n)) and dynamic_fault(fleet, n, need) is None:
                 return Choice((n,))
         return None
     idx = fleet.index(need.key, members)
     for partly in (True, False):
         for free in range(p.gpus, idx.max_free + 1):
-            node = _pop_fit(fleet, idx, (partly, free), need)
+            node = _pop_fit(fleet, idx, (partly, free), need, skip)
             if node is not None:
                 return Choice((node,))
     return None

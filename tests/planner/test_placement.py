@@ -72,12 +72,16 @@ def test_disk_filter_counts_weights_once_and_skips_holders() -> None:
     gb = 1024**3
     sizes = {a.source: 60 * gb, b.source: 30 * gb}
     held = Weights(path="/var/cache/llmgw/x", size_bytes=1, cache=True, cache_name=cache_name(b.source))
-    fs = [facts("n1", 0, disk_free_gb=50), facts("n2", 0, disk_free_gb=50, weights=[held])]
+    fs = [facts("n1", 0, disk_free_gb=20), facts("n2", 0, disk_free_gb=50, weights=[held])]
     plan = make_plan(inputs([a, b], [host("n1"), host("n2")], fs, sizes=sizes))
-    assert reasons(plan, "a") == ["n1: 50 GB free on / for /var/cache/llmgw, weights need 60",
+    assert reasons(plan, "a") == ["n1: 20 GB free on / for /var/cache/llmgw, weights need 60",
                                   "n2: 50 GB free on / for /var/cache/llmgw, weights need 60"]
-    # b's weights are on n2 already: both replicas go there (holders first), no disk spent.
+    # b's weights are on n2 already and n1 has no room for them: both replicas go to n2 (spread
+    # would put the second apart, but only onto a node that fits), and no disk is spent there.
     assert placed_on(plan, "b") == [["n2"], ["n2"]]
+    # With room on n1, the second goes apart: spread first, weights only break ties.
+    fs = [facts("n1", 0, disk_free_gb=50), facts("n2", 0, disk_free_gb=50, weights=[held])]
+    assert placed_on(make_plan(inputs([b], [host("n1"), host("n2")], fs, sizes=sizes)), "b") == [["n2"], ["n1"]]
 
 
 def test_shared_filesystem_is_one_pool() -> None:
