@@ -8,6 +8,7 @@
     lock-info          who holds the lock, doing what, until when
     unlock LOCK_ID     break a dead holder's lock
     migrate --to URL   copy the state into an empty backend, keeping serial and lineage
+    import --lineage L adopt another state's units deliberately (an empty state takes lineage L)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from llmgw.state import State, WriteMeta, backend_for, git_commit, open_backend,
 from llmgw.yamlio import atomic_write
 
 if TYPE_CHECKING:
-    from llmgw.cli import AppContext
+    from llmgw.cli.context import AppContext
 
 
 def _when(value: datetime | None) -> str:
@@ -184,5 +185,5 @@ def migrate_cmd(app: AppContext, target: str) -> None:
                          "checkout plans against the same state.")
 
 
-def register(cli: click.Group) -> None:
-    cli.add_command(state_group)
+# What `llmgw` attaches to its group.
+COMMANDS: list[click.Command] = [state_group]

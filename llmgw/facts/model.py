@@ -61,6 +61,9 @@ class Unit(_Model):
     name: str  # e.g. "llmgw-shard@qwen-7b-0-0.service"
     active_state: str  # active | inactive | failed | activating | ...
     sub_state: str = ""
+    # LLMGW_LINEAGE in the unit's environment: the state that made it. None: not reported
+    # (facts or a unit from before lineages were recorded).
+    lineage: str | None = None
 
 
 class IbPort(_Model):

@@ -12,7 +12,9 @@ How the state is reconciled, replica by replica:
   it was already being drained when the last apply stopped;
 - `scaling.min` replicas are kept running; more (up to max) are left alone, since those
   are on-demand replicas a router started; min 0 models are listed as on demand.
-Units the facts show on a node that the state does not record are destroyed (drift).
+Units of the state's lineage that the state does not record are destroyed (drift); units
+of another lineage belong to another state and are left alone; an empty state while
+llmgw units run is refused (it is most likely the wrong state).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from llmgw.planner.schema import (
 )
 from llmgw.planner.spec import parse_unit, spec_hash, unit_name
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
+from llmgw.weights.hub import is_repo_source
 from llmgw.weights.names import cache_name
 
 
@@ -111,6 +114,7 @@ class _Planner:
         self._next_n: dict[str, int] = {}
         self._specs: dict[tuple[str, str], str] = {}
         self._needs: dict[tuple[str, str], Need] = {}
+        self.foreign: list[str] = []  # notes on units of another state's lineage
 
     # -- the state, replica by replica -------------------------------------------------
 
@@ -197,18 +201,46 @@ class _Planner:
                 replacing.setdefault(r.model, []).append(why)
         return kept, replacing
 
+    def _unit_lineages(self) -> list[tuple[str, str, str | None]]:
+        """(node, unit, lineage) of every llmgw shard unit fresh facts show."""
+        found: list[tuple[str, str, str | None]] = []
+        for node in self.fleet.nodes:
+            f = node.facts
+            if self._fresh_units(node.name) is None or f is None or f.units is None:
+                continue
+            found.extend((node.name, u.name, u.lineage) for u in sorted(f.units, key=lambda u: u.name)
+                         if parse_unit(u.name) is not None)
+        return found
+
+    def _refuse_empty_state(self, units: list[tuple[str, str, str | None]]) -> None:
+        """An empty state while hosts run llmgw units: most likely the wrong state, not drift."""
+        if not units or (self.state.lineage and (self.state.serial or self.state.replicas)):
+            return
+        lineages = sorted({lin or "not recorded" for _n, _u, lin in units})
+        shown = [f"{u} on {n} (lineage {lin or 'not recorded'})" for n, u, lin in units[:10]]
+        if len(units) > 10:
+            shown.append(f"... and {len(units) - 10} more")
+        raise PlanError(f"the state is empty, but the hosts run {len(units)} llmgw unit(s) of lineage "
+                        f"{', '.join(lineages)}; refusing to plan them away as drift", detail=shown,
+                        hint="point `state:` in llmgw.yaml at the state that made them (`llmgw -C OTHER_SITE state "
+                             "show` names its lineage), or adopt them deliberately with `llmgw state import "
+                             "--lineage LINEAGE` (its plans then manage, and may destroy, those units)")
+
     def _strays(self) -> None:
-        """Units on a node that no replica in the state records: drift, destroyed."""
+        """Units of this state's lineage on a node that no replica in the state records: drift,
+        destroyed. Units of another lineage belong to another state: left alone, never drift."""
+        present = self._unit_lineages()
+        self._refuse_empty_state(present)
         recorded = {(s.node, s.unit) for r in self.state.replicas for s in r.shards}
         found: dict[str, list[UnitRef]] = {}
-        for node in self.fleet.nodes:
-            seen = self._fresh_units(node.name)
-            if seen is None:
-                continue
-            for unit in sorted(seen[1]):
-                parsed = parse_unit(unit)
-                if parsed is not None and (node.name, unit) not in recorded:
-                    found.setdefault(parsed[0], []).append(UnitRef(node=node.name, unit=unit))
+        for node, unit, lineage in present:
+            parsed = parse_unit(unit)
+            assert parsed is not None
+            if lineage is not None and lineage != self.state.lineage:
+                self.used_ids.add(parsed[0])  # never reuse its id: the unit name would clash
+                self.foreign.append(f"{node}: {unit} belongs to another state (lineage {lineage}); left alone")
+            elif (node, unit) not in recorded:
+                found.setdefault(parsed[0], []).append(UnitRef(node=node, unit=unit))
         for rid, units in sorted(found.items()):
             self.used_ids.add(rid)
             model = rid.rsplit("-", 1)[0]
@@ -289,8 +321,10 @@ class _Planner:
         return None, found
 
     def _unservable(self, model: Model, profile: Profile) -> Sequence[str]:
-        """Why llama-server cannot load this model's GGUF (llama.cpp profiles only)."""
-        return self.inputs.unservable.get(model.source, ()) if profile.engine == "llamacpp" else ()
+        """Why llama-server cannot load this model's GGUF (llama.cpp profiles), or why a whole
+        repository cannot be served yet (any engine: not pinned to a commit)."""
+        reasons = self.inputs.unservable.get(model.source, ())
+        return reasons if profile.engine == "llamacpp" or is_repo_source(model.source) else ()
 
     def _kept(self, r: Replica) -> PlannedReplica:
         shards = [PlannedShard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit,
@@ -458,7 +492,22 @@ class _Planner:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
         return Plan(state_serial=self.state.serial, state_lineage=self.state.lineage, summary=summary,
                     actions=actions, desired=Desired(replicas=desired, models=records), unplaced=unplaced,
-                    on_demand=on_demand, notes=self._notes())
+                    on_demand=on_demand, notes=[*self._notes(), *self._floor_notes(placed)])
+
+    def _floor_notes(self, placed: dict[str, int]) -> list[str]:
+        """Models this plan takes below `scaling.min` ready replicas: capacity cannot keep the floor.
+
+        Apply brings each replacement up before its predecessor goes, so a move alone never
+        drops a model below its floor; only what cannot be replaced anywhere does.
+        """
+        notes = []
+        for m in self.catalog:
+            ready = sum(1 for r in self.state.replicas if r.model == m.name and r.state == "ready")
+            after = placed.get(m.name, 0)
+            if after < m.scaling.min and after < ready:
+                notes.append(f"{m.name}: capacity cannot keep the floor: {ready} ready replicas now, {after} after "
+                             f"this apply, scaling.min {m.scaling.min} (see the models that cannot be placed)")
+        return notes
 
     def _notes(self) -> list[str]:
         notes = []
@@ -471,7 +520,7 @@ class _Planner:
                 why = f" ({f.stale_reason})" if f.stale_reason else ""
                 notes.append(f"{n.name}: facts are stale since {f.stale_since.isoformat()}{why}; "
                              "planned with its last good facts")
-        return notes
+        return notes + self.foreign
 
 
 @contextmanager

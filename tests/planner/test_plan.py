@@ -206,7 +206,7 @@ def test_no_drift_claim_without_fresh_facts() -> None:
 def test_new_ids_skip_stray_ids() -> None:
     one = model("m", cpu_profile())
     f = facts("a", 0, units=["llmgw-m-1-0.service"])
-    plan = make_plan(inputs([one], [host("a")], [f]))
+    plan = make_plan(inputs([one], [host("a")], [f], state=State(serial=1, lineage="ours")))
     assert [r.id for r in plan.desired.replicas] == ["m-2"]
 
 
