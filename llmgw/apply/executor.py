@@ -211,6 +211,19 @@ class Applier:
         self._undelivered = True  # the routers learn it with the next delivery (at the latest, the last)
         self.outcome.destroyed.extend(names)
 
+    def _keep_floor(self, a: Action) -> None:
+        """Refuse to take a ready replica away without its ready replacement when that drops
+        the model below `scaling.min` ready replicas (a hand-edited or truncated plan file)."""
+        old = next((r for r in self.state.replicas if r.id == a.replaces), None)
+        if old is None or old.state != "ready":
+            return
+        ready = [r for r in self.state.replicas if r.model == old.model and r.state == "ready" and r.id != old.id]
+        floor = next((m.scaling.min for m in self.plan.desired.models if m.name == old.model), 0)
+        if len(ready) < floor and all(r.id != a.replica for r in ready):
+            raise PlanError(f"replacing {old.id} would leave {old.model} with {len(ready)} ready replicas, below "
+                            f"its scaling.min {floor}: its replacement {a.replica} is not ready",
+                            hint="make a new plan with `llmgw plan` (this one has no replacement to start)")
+
     def _stop_units(self, units: Sequence[tuple[str, str]]) -> None:
         by_host: dict[str, list[dict[str, Any]]] = {}
         for node, unit in units:
@@ -236,6 +249,7 @@ class Applier:
             if a.replica in planned:
                 self._bring_up([planned[a.replica]])
             if a.replaces:
+                self._keep_floor(a)
                 self._take_down([a.replaces])
         destroys = by_kind.get("destroy", [])
         self._take_down([a.replica for a in destroys if a.replica and not a.stray])

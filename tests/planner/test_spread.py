@@ -85,3 +85,18 @@ def test_explain_says_how_a_model_is_spread() -> None:
     inp = inputs([TINY], hosts, [facts(h.name, 0) for h in hosts])
     text = render_explanation(explain(inp, "tiny"))
     assert "Spread: 2 replicas on 2 hosts (a1, b1), 2 failure domains (east, west)." in text
+
+
+def test_the_plan_says_when_capacity_cannot_keep_the_floor() -> None:
+    fs = [facts("node1", 0, mem_gb=1.5), facts("node2", 0), facts("node3", 0, mem_gb=0.5)]
+    hosts = [node("node1"), node("node2"), node("node3")]
+    state = make_plan(inputs([TINY], hosts, fs)).applied(State(lineage="t"))
+    assert sorted(s.node for r in state.replicas for s in r.shards) == ["node1", "node2"]
+    # node2 leaves the inventory: node1 has room for one replica only (it runs it), node3 for none.
+    plan = make_plan(inputs([TINY], hosts[::2], fs[::2], state=state))
+    assert ("tiny: capacity cannot keep the floor: 2 ready replicas now, 1 after this apply, scaling.min 2"
+            in "\n".join(plan.notes))
+    # A drain whose replacement fits nowhere keeps the replica: the floor holds, no such note.
+    drain = make_plan(inputs([TINY], [hosts[0], node("node2", "draining"), hosts[2]], fs, state=state))
+    assert not any("floor" in n for n in drain.notes)
+    assert [a.action for a in drain.actions if a.model == "tiny"] == []
