@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from llmgw.catalog import Catalog, Model
+from llmgw.catalog import Catalog, Located, Model
 from llmgw.errors import Problem
 from llmgw.site import Site
 from llmgw.weights.hub import HUB, is_repo_source
@@ -134,3 +134,27 @@ def unservable_sources(site: Site) -> dict[str, list[str]]:
             out[source] = reasons
     return out
 
+
+
+def pin_catalog(catalog: Catalog, site: Site) -> tuple[Catalog, dict[str, list[str]]]:
+    """The catalog with every whole repository's source replaced by its pinned spec (offline,
+    from the records `catalog validate` wrote), and why each one not resolved yet cannot be placed.
+
+    The planner then names cache entries, spec hashes and the plan's sources after the commit:
+    a branch that moved is a visible replacement, never new weights under an old name."""
+    records = read_sources(site.facts_dir)
+    entries: list[Located] = []
+    unpinned: dict[str, list[str]] = {}
+    for e in catalog.entries:
+        m = e.model
+        if is_repo_source(m.source):
+            spec = model_spec(m)
+            info = records.get(spec)
+            if info is not None and info.pinned:
+                m = m.model_copy(update={"source": info.pinned, "include": [], "exclude": []})
+            else:
+                why = info.error if info is not None and info.error else "not resolved yet"
+                unpinned[m.source] = [f"{spec} is not pinned to a commit ({why}); run `llmgw catalog validate` "
+                                      "where the site's Hugging Face endpoint is reachable"]
+        entries.append(Located(m, e.file, e.line, e.index))
+    return Catalog(entries), unpinned
