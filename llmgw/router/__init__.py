@@ -3,6 +3,9 @@
     app.py         Router (table, keys, usage, health, on demand) and the client listener
     admin.py       the admin listener (JSON API, dashboard) and the metrics listener
     proxy.py       the hot path: forward, retry before the first byte, stream back
+    calls.py       what differs per endpoint: body (JSON, multipart, none), engine path, pin
+    endpoints.py   which endpoints the router forwards, and which engine serves which
+    responses.py   which replica produced each Responses API id (bounded, in memory)
     streaming.py   usage out of SSE streams (and removing the usage event we asked for)
     table.py       routing table from the state, per-replica runtime, least-outstanding pick
     health.py      active health checks; passive marking lives on the replica runtime

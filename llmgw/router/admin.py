@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmgw.router.app import Router, openai_errors
+from llmgw.router.endpoints import served
 from llmgw.router.metrics import CONTENT_TYPE
 from llmgw.router.openai_errors import error_payload
 from llmgw.router.table import ModelEntry, ReplicaRuntime
@@ -64,6 +65,7 @@ def model_json(router: Router, e: ModelEntry) -> dict[str, Any]:
         "replicas": {**counts, "routable": len(e.routable(now))},
         "in_flight": sum(r.in_flight for r in e.replicas),
         "activating": e.name in router.ondemand.activating,
+        "endpoints": served(r.record.engine for r in e.replicas),
     }
     if used:
         out["last_used"] = _iso(max(used))
@@ -109,7 +111,11 @@ def dashboard_sources(router: Router, site_dir: Path) -> DashboardSources:
     async def usage(day: str | None) -> dict[str, Any]:
         return await usage_json(router, day)
 
-    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage)
+    def endpoints(name: str) -> list[str]:
+        entry = router.table.models.get(name)
+        return served(r.record.engine for r in entry.replicas) if entry is not None else []
+
+    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage, endpoints=endpoints)
 
 
 def _metrics_route(app: FastAPI, router: Router) -> None:

@@ -1,9 +1,10 @@
 """The router: one `Router` holding the routing table, keys, usage and health, and the
 client listener's ASGI app.
 
-    client   (ClientApp)  auth in front; /v1/chat/completions, /v1/completions and
-                          /v1/embeddings on the raw ASGI hot path (proxy.py); /, /health,
-                          /v1/models through FastAPI
+    client   (ClientApp)  auth in front; the endpoints of endpoints.py (chat, completions,
+                          embeddings, responses, rerank, score, audio, tokenize) on the
+                          raw ASGI hot path (proxy.py); /, /health, /v1/models through
+                          FastAPI; any other /v1/ path a 404 naming it and the model
 
 The admin and metrics listeners are in admin.py, which depends on this module and on the
 dashboard (llmgw.web); neither imports it back.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from datetime import UTC, datetime
@@ -28,14 +30,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llmgw.router.asgi import Receive, Scope, Send
+from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import AUTH_EXEMPT_PATHS, KeyCache
+from llmgw.router.calls import Call, read_body
+from llmgw.router.endpoints import match, methods_for, served
 from llmgw.router.health import HealthChecker
 from llmgw.router.landing import landing_page
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import Activator, OnDemand
 from llmgw.router.openai_errors import RouterError, error_payload, send_error
-from llmgw.router.proxy import PROXY_PATHS, Proxy
+from llmgw.router.proxy import Proxy
+from llmgw.router.responses import ResponseAffinity
 from llmgw.router.settings import RouterSettings
 from llmgw.router.statewatch import StateWatcher
 from llmgw.router.table import ModelEntry, RoutingTable
@@ -70,6 +75,7 @@ class Router:
         self.health = HealthChecker(session, lambda: self.table, settings, self.notify)
         self.proxy = Proxy(settings=settings, session=session, table=lambda: self.table, metrics=self.metrics,
                            recorder=self.recorder, clock=self.clock, ondemand=self.ondemand)
+        self.responses = ResponseAffinity()  # which replica produced each Responses API id
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -136,14 +142,51 @@ class ClientApp:
             router.metrics.reject("auth")
             await send_error(send, err)
             return
-        usage_capable = PROXY_PATHS.get(path)
-        if usage_capable is None:
-            await self.inner(scope, receive, send)
+        found = match(scope["method"], path)
+        if found is not None:
+            await router.proxy.handle(scope, receive, send, principal, Call(scope, receive, found, router.responses))
             return
-        if scope["method"] != "POST":
-            await send_error(send, RouterError(405, f"{path} takes POST", headers={"Allow": "POST"}))
+        allowed = methods_for(path)
+        if allowed:
+            await send_error(send, RouterError(405, f"{path} takes {' or '.join(allowed)}",
+                                               headers={"Allow": ", ".join(allowed)}))
             return
-        await router.proxy.handle(scope, receive, send, principal, path, usage_capable)
+        if path.startswith("/v1/") and path != "/v1/models" and not path.startswith("/v1/models/"):
+            await self.unknown_endpoint(scope, receive, send)
+            return
+        await self.inner(scope, receive, send)
+
+    async def unknown_endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A 404 that names the endpoint and, when the body names one, the model."""
+        router = self.router
+        router.metrics.reject("unknown_endpoint")
+        endpoint = f"{scope['method']} {scope['path']}"
+        try:
+            body = await read_body(scope, receive, router.settings.max_body_bytes)
+        except ClientGone:
+            return
+        except RouterError as err:
+            await send_error(send, err)
+            return
+        model = _model_named(body)
+        entry = router.table.resolve(model) if model else None
+        if entry is not None:
+            message = (f"model `{model}` does not serve `{endpoint}` through this router; it serves: "
+                       + ", ".join(served(r.record.engine for r in entry.replicas)))
+        elif model:
+            message = f"this router serves no endpoint `{endpoint}` (for model `{model}`, or any other)"
+        else:
+            message = f"this router serves no endpoint `{endpoint}`; GET /v1/models lists what each model serves"
+        await send_error(send, RouterError(404, message, code="unknown_endpoint"))
+
+
+def _model_named(body: bytes) -> str | None:
+    try:
+        req = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        return None
+    model = req.get("model") if isinstance(req, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def openai_errors(app: FastAPI) -> None:
@@ -164,7 +207,8 @@ def openai_errors(app: FastAPI) -> None:
 def _model_object(entry: ModelEntry) -> dict[str, Any]:
     created = [r.record.created_at for r in entry.replicas if r.record.created_at is not None]
     return {"id": entry.name, "object": "model",
-            "created": int(min(created).timestamp()) if created else 0, "owned_by": "llmgw"}
+            "created": int(min(created).timestamp()) if created else 0, "owned_by": "llmgw",
+            "endpoints": served(r.record.engine for r in entry.replicas)}
 
 
 def client_app(router: Router) -> ClientApp:

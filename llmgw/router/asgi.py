@@ -14,3 +14,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its request body arrived."""

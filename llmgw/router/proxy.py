@@ -37,8 +37,9 @@ from typing import Any
 
 import aiohttp
 
-from llmgw.router.asgi import Receive, Scope, Send
+from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import Principal
+from llmgw.router.calls import Call, read_body
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
@@ -49,14 +50,6 @@ from llmgw.router.usage import Clock, UsageRecorder
 
 log = logging.getLogger("llmgw.router")
 
-# Client paths forwarded to the engines, and whether streams there carry usage on request.
-PROXY_PATHS: dict[str, bool] = {
-    "/v1/chat/completions": True,
-    "/v1/completions": True,
-    "/v1/embeddings": False,
-}
-
-_UPSTREAM_HEADERS = {"Content-Type": "application/json", "Accept": "*/*"}
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
 _MAX_KEEP = 32 * 1024 * 1024  # largest plain body kept to read its usage
 _CLIENT_CLOSED = 499
@@ -107,10 +100,6 @@ class _Deadline(Exception):
     """The request's overall deadline passed before any replica answered."""
 
 
-class ClientGone(Exception):
-    """The client closed its connection before the request body arrived."""
-
-
 _NEVER = float("inf")
 
 
@@ -125,9 +114,10 @@ class Flight:
     quick requests never need one.
     """
 
-    __slots__ = ("deadline", "done", "reason", "receive", "started", "task", "watcher")
+    __slots__ = ("call", "deadline", "done", "reason", "receive", "started", "task", "watcher")
 
-    def __init__(self, task: asyncio.Task[Any] | None, receive: Receive, started: float) -> None:
+    def __init__(self, task: asyncio.Task[Any] | None, receive: Receive, started: float, call: Call) -> None:
+        self.call = call  # what differs per endpoint: body, engine path, pinned replica
         self.task = task
         self.receive = receive
         self.started = started  # monotonic
@@ -154,34 +144,6 @@ class Flight:
 
 
 WATCH_AFTER = 0.2  # seconds before a request gets a disconnect watcher
-
-
-async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                declared = int(value)
-            except ValueError:
-                raise RouterError(400, "invalid Content-Length") from None
-            if declared > limit:
-                raise RouterError(413, f"request body is {declared} bytes; the limit is {limit}",
-                                  code="request_too_large")
-            break
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > limit:
-                raise RouterError(413, f"request body is over the limit of {limit} bytes",
-                                  code="request_too_large")
-            parts.append(chunk)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def parse_request(body: bytes) -> tuple[dict[str, Any], str]:
@@ -221,6 +183,8 @@ def _tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
     if not usage:
         return 0, 0
     p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if p is None and c is None:  # the Responses API's names
+        p, c = usage.get("input_tokens"), usage.get("output_tokens")
     prompt = p if isinstance(p, int) else 0
     completion = c if isinstance(c, int) else 0
     if not completion and not prompt:
@@ -251,23 +215,31 @@ class Proxy:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout),
             auto_decompress=False, skip_auto_headers=("User-Agent",))
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
-                     path: str, usage_capable: bool) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send, principal: Principal, call: Call) -> None:
         started = time.perf_counter()
         label = "-"
         status = 500
-        flight = Flight(asyncio.current_task(), receive, time.monotonic())
+        flight = Flight(asyncio.current_task(), call.receive_after_upload, time.monotonic(), call)
+        path, usage_capable = call.path, call.endpoint.inject_usage
         try:
-            body = await read_body(scope, receive, self.settings.max_body_bytes)
-            self.flights.add(flight)
-            req, name = parse_request(body)
+            if call.endpoint.body == "json":
+                body = await read_body(scope, receive, self.settings.max_body_bytes)
+                self.flights.add(flight)
+                req, name = parse_request(body)
+                call.parsed(req, body, name)
+            else:  # a multipart form (its front: the rest streams to the engine) or a response id
+                await call.read(self.settings.max_body_bytes)
+                self.flights.add(flight)
+                req, body, name = call.req, call.raw, call.model
+            send = call.watch(send)
             table = self.table()
-            entry = table.resolve(name)
+            entry = call.resolve(table)
             if entry is None:
                 self.metrics.reject("unknown_model")
                 raise RouterError(404, f"The model `{name}` does not exist or you do not have access to it.",
                                   code="model_not_found", param="model")
             label = entry.name
+            table = call.restrict(table, entry)
             self._admit(principal)
             status = await self._route(table, entry, req, body, path, usage_capable, principal,
                                        send, started, flight)
@@ -377,7 +349,8 @@ class Proxy:
         try:
             flight.deadline = min(time.monotonic() + settings.first_byte_timeout, deadline)
             try:
-                resp = await session.post(replica.endpoint + path, data=body, headers=_UPSTREAM_HEADERS)
+                method, url, data, headers = flight.call.upstream(replica, body)
+                resp = await session.request(method, url, data=data, headers=headers)
                 if resp.status in _RETRYABLE_STATUS:
                     await resp.read()
                     raise _Retry(f"answered {resp.status}")
@@ -456,7 +429,7 @@ class Proxy:
             flight.done = True
             await send({"type": "http.response.body", "body": first, "more_body": False})
             if resp.status == 200:
-                self._account(principal, model, usage_in_json(first))
+                self._account(principal, model, flight.call.billable(usage_in_json(first)))
             return resp.status
         scanner = SseUsageScanner(strip=strip) if sse else None
         keep: list[bytes] | None = [] if not sse and resp.status == 200 else None
@@ -496,7 +469,7 @@ class Proxy:
                                            code="upstream_failed") + b"\n\n"
             flight.done = True
             await send({"type": "http.response.body", "body": event, "more_body": False})
-            self._account(principal, model, scanner.usage if scanner else None)
+            self._account(principal, model, flight.call.billable(scanner.usage if scanner else None))
             return 502
         flight.done = True
         if scanner is not None:
@@ -506,7 +479,7 @@ class Proxy:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             usage = usage_in_json(b"".join(keep)) if keep and kept <= _MAX_KEEP else None
         if resp.status == 200:
-            self._account(principal, model, usage)
+            self._account(principal, model, flight.call.billable(usage))
         return resp.status
 
     def _account(self, principal: Principal, model: str, usage: dict[str, Any] | None) -> None:

@@ -29,8 +29,14 @@ def _event_data(event: bytes) -> bytes | None:
 
 
 def usage_of(obj: Any) -> dict[str, Any] | None:
+    """An event's usage: at its top (chat, completions), or in its `response` (the Responses
+    API's response.completed event)."""
     if isinstance(obj, dict):
         usage = obj.get("usage")
+        if isinstance(usage, dict) and usage:
+            return usage
+        inner = obj.get("response")
+        usage = inner.get("usage") if isinstance(inner, dict) else None
         if isinstance(usage, dict) and usage:
             return usage
     return None

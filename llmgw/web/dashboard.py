@@ -30,6 +30,8 @@ from llmgw.views.status import status_view
 from llmgw.views.text import duration, human_bytes
 
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
+# model name -> the endpoints the router forwards for it ("POST /v1/chat/completions", ...)
+EndpointsSource = Callable[[str], list[str]]
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,14 @@ class DashboardSources:
     site: SiteDataCache
     runtime: Callable[[], Runtime]
     usage: UsageSource | None = None
+    endpoints: EndpointsSource | None = None
+
+
+def short_endpoint(key: str) -> str:
+    """`POST /v1/chat/completions` -> `chat/completions`; other methods stay: `GET responses/{id}`."""
+    method, _, path = key.partition(" ")
+    path = path.removeprefix("/v1/")
+    return path if method == "POST" else f"{method} {path}"
 
 
 def _env() -> Environment:
@@ -46,6 +56,7 @@ def _env() -> Environment:
     env.filters["duration"] = duration
     env.filters["bytes"] = human_bytes
     env.filters["idle"] = idle_text
+    env.filters["endpoint"] = short_endpoint
     env.filters["num"] = lambda n: f"{n:,}".replace(",", "\u202f")  # 5 000 000: thin spaces
     env.globals["pages"] = [("/", "Overview"), ("/nodes", "Nodes"), ("/models", "Models"),
                             ("/replicas", "Replicas"), ("/failures", "Placement failures"),
@@ -110,7 +121,8 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        return page("models.html", request, title="Models", view=models_view(data, sources.runtime()))
+        return page("models.html", request, title="Models", view=models_view(data, sources.runtime()),
+                    endpoints=sources.endpoints)
 
     @api.get("/replicas", response_class=HTMLResponse, include_in_schema=False)
     async def replicas(request: Request, model: str | None = None) -> HTMLResponse:

@@ -1,0 +1,142 @@
+"""Which OpenAI endpoints the router forwards, and which engine serves which: declared once.
+
+The router is an allow-list: a client request reaches an engine only on a path declared
+here for that engine, so nothing that manages an engine (vLLM's LoRA loading, profiling,
+sleep; llama-server's /slots, /props, /lora-adapters, /models/load) is ever reachable
+through it. Anything else under /v1/ is a 404 naming the endpoint and the model.
+
+Each engine maps a client path to the path it serves it on (the tokenizer endpoints sit
+at /tokenize on the engines, at /v1/tokenize for clients). A model serves the endpoints
+of the engines of its replicas; a request goes only to the replicas whose engine serves
+its endpoint. A model with no replica in the state (on demand, stopped) is taken to
+serve what any engine serves: the engine that will start is not known yet.
+
+docs/compat.md is this table in prose; tests/router/test_endpoints.py keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+Body = Literal["json", "multipart", "none"]
+Usage = Literal["chat", "responses", "plain"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One client endpoint: its key (`METHOD /path`, ids as `{id}`), body and usage shape."""
+
+    method: str
+    path: str  # with `{id}` where a response id goes
+    body: Body
+    usage: Usage  # chat: streams carry usage when asked (stream_options); responses: in response.completed
+    by_response_id: bool = False  # routed to the replica that produced the response id in the path
+
+    @property
+    def key(self) -> str:
+        return f"{self.method} {self.path}"
+
+    @property
+    def inject_usage(self) -> bool:
+        """Streams here carry usage only on request, so the router asks and strips it again."""
+        return self.usage == "chat"
+
+
+_ENDPOINTS = (
+    Endpoint("POST", "/v1/chat/completions", "json", "chat"),
+    Endpoint("POST", "/v1/completions", "json", "chat"),
+    Endpoint("POST", "/v1/embeddings", "json", "plain"),
+    Endpoint("POST", "/v1/responses", "json", "responses"),
+    Endpoint("GET", "/v1/responses/{id}", "none", "plain", by_response_id=True),
+    Endpoint("DELETE", "/v1/responses/{id}", "none", "plain", by_response_id=True),
+    Endpoint("POST", "/v1/responses/{id}/cancel", "none", "plain", by_response_id=True),
+    Endpoint("POST", "/v1/rerank", "json", "plain"),
+    Endpoint("POST", "/v1/score", "json", "plain"),
+    Endpoint("POST", "/v1/audio/transcriptions", "multipart", "plain"),
+    Endpoint("POST", "/v1/audio/translations", "multipart", "plain"),
+    Endpoint("POST", "/v1/tokenize", "json", "plain"),
+    Endpoint("POST", "/v1/detokenize", "json", "plain"),
+)
+ENDPOINTS: dict[str, Endpoint] = {e.key: e for e in _ENDPOINTS}
+
+_SAME = ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddings", "POST /v1/responses")
+
+# engine -> endpoint key -> the path the engine serves it on. From each engine's own
+# routes: llama-server's server.cpp (the build in $LLMGW_CACHE), vLLM's and SGLang's
+# OpenAI servers. llama-server answers a `previous_response_id` with its own 400 (it
+# keeps no responses), and serves transcriptions only with an audio model loaded.
+ENGINES: dict[str, dict[str, str]] = {
+    "llamacpp": {**{k: k.split(" ", 1)[1] for k in _SAME},
+                 "POST /v1/rerank": "/v1/rerank",
+                 "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
+                 "POST /v1/tokenize": "/tokenize",
+                 "POST /v1/detokenize": "/detokenize"},
+    "vllm": {**{k: k.split(" ", 1)[1] for k in _SAME},
+             "GET /v1/responses/{id}": "/v1/responses/{id}",
+             "POST /v1/responses/{id}/cancel": "/v1/responses/{id}/cancel",
+             "POST /v1/rerank": "/v1/rerank",
+             "POST /v1/score": "/v1/score",
+             "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
+             "POST /v1/audio/translations": "/v1/audio/translations",
+             "POST /v1/tokenize": "/tokenize",
+             "POST /v1/detokenize": "/detokenize"},
+    "sglang": {**{k: k.split(" ", 1)[1] for k in _SAME},
+               "GET /v1/responses/{id}": "/v1/responses/{id}",
+               "POST /v1/responses/{id}/cancel": "/v1/responses/{id}/cancel",
+               "POST /v1/rerank": "/v1/rerank",
+               "POST /v1/score": "/v1/score"},
+}
+
+# A response id as engines make them (resp_…, with vLLM's and SGLang's alphabets): no
+# slash, no dot, bounded, so a path can never smuggle another route into the upstream URL.
+_ID = r"[A-Za-z0-9_\-]{1,200}"
+_BY_ID = re.compile(rf"^/v1/responses/({_ID})(/cancel)?$")
+
+
+@dataclass(frozen=True)
+class Match:
+    endpoint: Endpoint
+    response_id: str | None = None
+
+
+def match(method: str, path: str) -> Match | None:
+    """The endpoint a client request is for; None when the router forwards no such thing."""
+    found = ENDPOINTS.get(f"{method} {path}")
+    if found is not None:
+        return Match(found)
+    m = _BY_ID.match(path)
+    if m is not None:
+        endpoint = ENDPOINTS.get(f"{method} /v1/responses/{{id}}{m.group(2) or ''}")
+        if endpoint is not None:
+            return Match(endpoint, m.group(1))
+    return None
+
+
+def methods_for(path: str) -> list[str]:
+    """The methods the router forwards on `path` (for a 405's Allow header), if any."""
+    out = [e.method for e in _ENDPOINTS if e.path == path]
+    m = _BY_ID.match(path)
+    if m is not None:
+        out += [e.method for e in _ENDPOINTS if e.path == f"/v1/responses/{{id}}{m.group(2) or ''}"]
+    return out
+
+
+def upstream_path(engine: str, endpoint: Endpoint, response_id: str | None = None) -> str | None:
+    """Where `engine` serves `endpoint`; None when it does not."""
+    path = ENGINES.get(engine, {}).get(endpoint.key)
+    if path is None:
+        return None
+    return path.replace("{id}", response_id) if response_id is not None else path
+
+
+def served(engines: Iterable[str]) -> list[str]:
+    """The endpoint keys a model with replicas of these engines serves, in declaration order.
+
+    No engine known (no replica yet): what any engine serves.
+    """
+    known = {e for e in engines}
+    pool = [ENGINES.get(e, {}) for e in known] if known else list(ENGINES.values())
+    return [e.key for e in _ENDPOINTS if any(e.key in p for p in pool)]
