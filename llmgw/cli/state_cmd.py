@@ -50,7 +50,7 @@ def list_cmd(app: AppContext, as_json: bool) -> None:
         output.print_json({"backend": where, "serials": [r.as_json() for r in records]})
         return
     if not records:
-        output.console.print(f"The state at {where} is empty: nothing was applied yet.")
+        click.echo(f"The state at {where} is empty: nothing was applied yet.")
         return
     rows = [[str(r.serial), _when(r.written_at), r.author, r.operation, r.plan or "-", (r.git_commit or "-")[:14],
              r.lineage[:8]] for r in records]
@@ -99,7 +99,7 @@ def pull_cmd(app: AppContext, out: Path | None) -> None:
         sys.stdout.write(state.to_json())
     else:
         atomic_write(out, state.to_json())
-        output.err_console.print(f"Wrote serial {state.serial} (lineage {state.lineage or 'none'}) to {out}.")
+        click.echo(f"Wrote serial {state.serial} (lineage {state.lineage or 'none'}) to {out}.", err=True)
 
 
 def _read_file(path: Path) -> State:
@@ -119,7 +119,7 @@ def push_cmd(app: AppContext, file: Path, force: bool) -> None:
     state = _read_file(file)
     with backend_for(app.site) as backend, backend.lock("push"):
         written = backend.push(state, force=force, meta=WriteMeta("push", git_commit=git_commit(app.site.root)))
-    output.console.print(f"Pushed {file} as serial {written.serial} (lineage {written.lineage}) to {backend.where}.")
+    click.echo(f"Pushed {file} as serial {written.serial} (lineage {written.lineage}) to {backend.where}.")
 
 
 @state_group.command("lock-info")
@@ -133,7 +133,7 @@ def lock_info_cmd(app: AppContext, as_json: bool) -> None:
     if as_json:
         output.print_json({"backend": where, "lock": info.as_json() if info else None})
     elif info is None:
-        output.console.print(f"The state at {where} is not locked.")
+        click.echo(f"The state at {where} is not locked.")
     else:
         output.console.print(output.table(
             ["LOCK ID", "HOLDER", "OPERATION", "SINCE", "LEASE UNTIL"],
@@ -159,7 +159,7 @@ def unlock_cmd(app: AppContext, lock_id: str, yes: bool) -> None:
                 output.console.print("Left the lock alone.")
                 return
         broken = backend.unlock(lock_id)
-    output.console.print(f"Broke the lock {broken.id} held by {broken.holder} ({broken.operation}).")
+    click.echo(f"Broke the lock {broken.id} held by {broken.holder} ({broken.operation}).")
 
 
 @state_group.command("migrate")
@@ -179,10 +179,33 @@ def migrate_cmd(app: AppContext, target: str) -> None:
         with open_backend(target, root=site.root, where="--to") as dest:
             written = dest.seed(state, WriteMeta("migrate", git_commit=git_commit(site.root)))
             where = dest.where
-    output.console.print(f"Copied serial {written.serial} (lineage {written.lineage}) from {source.where} "
+    click.echo(f"Copied serial {written.serial} (lineage {written.lineage}) from {source.where} "
                          f"to {where}.")
-    output.console.print(f"Now set `state: {target}` in {site.root / 'llmgw.yaml'} and commit it, so every "
+    click.echo(f"Now set `state: {target}` in {site.root / 'llmgw.yaml'} and commit it, so every "
                          "checkout plans against the same state.")
+
+
+@state_group.command("import")
+@click.option("--lineage", required=True, help="The lineage the hosts' units carry (the plan's refusal names it).")
+@click.pass_obj
+def import_cmd(app: AppContext, lineage: str) -> None:
+    """Adopt units of another state deliberately: start this empty state in their lineage.
+
+    Its plans then manage those units as their own: units no replica records are drift, and
+    the next plan destroys them (and creates what the catalog wants). Prefer pointing
+    `state:` in llmgw.yaml at the state that made them, which keeps them running."""
+    lineage = lineage.strip()
+    if not lineage or len(lineage) > 200 or not all(c.isalnum() or c in "-_." for c in lineage):
+        raise UsageError(f"--lineage {lineage!r} is not a lineage", hint="copy it from the plan's refusal")
+    with backend_for(app.site) as backend, backend.lock("import"):
+        current = backend.read()
+        if current.serial or current.lineage:
+            raise StateError(f"the state at {backend.where} is not empty (serial {current.serial}, lineage "
+                             f"{current.lineage})", hint="import only into an empty state")
+        written = backend.write(State(lineage=lineage), expect_serial=0,
+                                meta=WriteMeta("import", git_commit=git_commit(app.site.root)))
+    click.echo(f"The state at {backend.where} now has lineage {written.lineage} (serial "
+                         f"{written.serial}); `llmgw plan` shows what its plans do with those units.")
 
 
 # What `llmgw` attaches to its group.
