@@ -6,49 +6,49 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
 from llmgw import __version__
+from llmgw.cli import (
+    apply_cmd,
+    catalog_cmd,
+    edit_cmd,
+    fabrics_cmd,
+    facts_cmd,
+    keys_cmd,
+    lab_cmd,
+    plan_cmd,
+    router_cmd,
+    site_cmd,
+    state_cmd,
+    views_cmd,
+    weights_cmd,
+)
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.output import print_error
 from llmgw.errors import LlmgwError
-from llmgw.site import Site
 
-# Each module defines `register(group)`; the order here is the order of `llmgw --help`.
+__all__ = ["AppContext", "cli", "main", "pass_app"]
+
+# Each module lists its click commands in `COMMANDS`; this order is the order of `llmgw --help`.
 COMMAND_MODULES = [
-    "llmgw.cli.site_cmd",
-    "llmgw.cli.catalog_cmd",
-    "llmgw.cli.lab_cmd",
-    "llmgw.cli.facts_cmd",
-    "llmgw.cli.fabrics_cmd",
-    "llmgw.cli.router_cmd",
-    "llmgw.cli.keys_cmd",
-    "llmgw.cli.plan_cmd",
-    "llmgw.cli.apply_cmd",
-    "llmgw.cli.state_cmd",
-    "llmgw.cli.edit_cmd",
-    "llmgw.cli.views_cmd",
-    "llmgw.cli.weights_cmd",
+    site_cmd,
+    catalog_cmd,
+    lab_cmd,
+    facts_cmd,
+    fabrics_cmd,
+    router_cmd,
+    keys_cmd,
+    plan_cmd,
+    apply_cmd,
+    state_cmd,
+    edit_cmd,
+    views_cmd,
+    weights_cmd,
 ]
-
-
-@dataclass
-class AppContext:
-    directory: Path
-    _site: Site | None = field(default=None, repr=False)
-
-    @property
-    def site(self) -> Site:
-        if self._site is None:
-            self._site = Site.load(self.directory)
-        return self._site
-
-
-pass_app = click.make_pass_decorator(AppContext)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -61,8 +61,9 @@ def cli(ctx: click.Context, directory: Path) -> None:
     ctx.obj = AppContext(directory=directory)
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(cli)
+for _module in COMMAND_MODULES:
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:

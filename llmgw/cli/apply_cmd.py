@@ -12,6 +12,7 @@ from rich import filesize
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from llmgw.apply import applier_for, check_fresh
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.output import console, err_console
 from llmgw.errors import UsageError
 from llmgw.planner import Plan, load_plan, make_plan
@@ -54,68 +55,69 @@ def _load_plan(path: Path) -> Plan:
     return load_plan(text, str(path))
 
 
-def register(cli: click.Group) -> None:
-    from llmgw.cli import AppContext, pass_app
+@click.command("apply")
+@click.argument("plan_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--auto-approve", is_flag=True, help="Apply without asking (needed when not on a terminal).")
+@click.option("--grace", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="Seconds to wait for drained replicas to finish their requests before stopping them.")
+@click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="Hosts Ansible works on at once.")
+@pass_app
+def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: float, forks: int) -> None:
+    """Make the fleet match the catalog: plan (or read PLAN_FILE), then start and stop engine shards.
 
-    @cli.command("apply")
-    @click.argument("plan_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-    @click.option("--auto-approve", is_flag=True, help="Apply without asking (needed when not on a terminal).")
-    @click.option("--grace", type=click.FloatRange(min=0), default=120.0, show_default=True,
-                  help="Seconds to wait for drained replicas to finish their requests before stopping them.")
-    @click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
-                  help="Hosts Ansible works on at once.")
-    @pass_app
-    def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: float, forks: int) -> None:
-        """Make the fleet match the catalog: plan (or read PLAN_FILE), then start and stop engine shards.
-
-        New replicas serve before old ones are drained and stopped; the state file is written after
-        every step, so an interrupted apply is finished by the next `llmgw plan` and `llmgw apply`.
-        """
-        site = app.site
-        backend = backend_for(site)
-        click.get_current_context().call_on_close(backend.close)
+    New replicas serve before old ones are drained and stopped; the state file is written after
+    every step, so an interrupted apply is finished by the next `llmgw plan` and `llmgw apply`.
+    """
+    site = app.site
+    backend = backend_for(site)
+    click.get_current_context().call_on_close(backend.close)
+    if plan_file is not None:
+        plan = _load_plan(plan_file)
+        check_fresh(plan, backend.read())
+    else:
+        inputs = load_inputs(site)
+        plan = make_plan(inputs)
+        click.echo(render_plan(plan, inputs.state), nl=False)
+    meta = WriteMeta("apply", plan=hashlib.sha256(plan.to_json().encode()).hexdigest()[:12],
+                     git_commit=git_commit(site.root))
+    if not plan.has_changes:
         if plan_file is not None:
-            plan = _load_plan(plan_file)
-            check_fresh(plan, backend.read())
-        else:
-            inputs = load_inputs(site)
-            plan = make_plan(inputs)
-            click.echo(render_plan(plan, inputs.state), nl=False)
-        meta = WriteMeta("apply", plan=hashlib.sha256(plan.to_json().encode()).hexdigest()[:12],
-                         git_commit=git_commit(site.root))
-        if not plan.has_changes:
-            if plan_file is not None:
-                click.echo("No changes. The fleet matches the catalog.")
-            # Routers still get the state when an earlier apply stopped before delivering it.
-            applier = applier_for(site, plan, forks=forks, backend=backend, meta=meta)
-            if backend.routers_behind(applier.hosts.routers, applier.state.serial):
-                with backend.lock("apply"):
-                    behind = applier.catch_up_routers()
-                console.print(f"Delivered state serial {applier.state.serial} to {', '.join(behind)}, "
-                              "which had not loaded it.")
+            click.echo("No changes. The fleet matches the catalog.")
+        # Routers still get the state when an earlier apply stopped before delivering it.
+        applier = applier_for(site, plan, forks=forks, backend=backend, meta=meta)
+        if backend.routers_behind(applier.hosts.routers, applier.state.serial):
+            with backend.lock("apply"):
+                behind = applier.catch_up_routers()
+            console.print(f"Delivered state serial {applier.state.serial} to {', '.join(behind)}, "
+                          "which had not loaded it.")
+        return
+    if not auto_approve:
+        if not sys.stdin.isatty():
+            raise UsageError("apply needs approval, and this is not a terminal",
+                             hint="review the plan above and pass --auto-approve, or apply a saved plan "
+                                  "with `llmgw apply FILE --auto-approve`")
+        if not click.confirm("\nApply these changes?", default=False):
+            click.echo("Apply cancelled; nothing changed.")
             return
-        if not auto_approve:
-            if not sys.stdin.isatty():
-                raise UsageError("apply needs approval, and this is not a terminal",
-                                 hint="review the plan above and pass --auto-approve, or apply a saved plan "
-                                      "with `llmgw apply FILE --auto-approve`")
-            if not click.confirm("\nApply these changes?", default=False):
-                click.echo("Apply cancelled; nothing changed.")
-                return
-        started = time.monotonic()
-        bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[what]}"),
-                        TimeElapsedColumn(),
-                        console=err_console, transient=False, disable=not err_console.is_terminal)
-        with backend.lock("apply"), bars:
-            ui = StepBars(bars)
-            say = ui.say if err_console.is_terminal else (
-                lambda line: err_console.print(f"{time.monotonic() - started:6.1f}s > {line}", markup=False))
-            outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say, backend=backend,
-                                  meta=meta).run()
-        took = time.monotonic() - started
-        console.print(f"Apply complete! {len(outcome.created)} added, {len(outcome.destroyed)} destroyed"
-                      + (f", {len(outcome.strays)} stray units removed" if outcome.strays else "")
-                      + f" (state serial {outcome.serial}, {took:.0f} s).")
-        if outcome.grace_expired:
-            console.print(f"Stopped with requests still in flight after the grace period: "
-                          f"{', '.join(outcome.grace_expired)}")
+    started = time.monotonic()
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[what]}"),
+                    TimeElapsedColumn(),
+                    console=err_console, transient=False, disable=not err_console.is_terminal)
+    with backend.lock("apply"), bars:
+        ui = StepBars(bars)
+        say = ui.say if err_console.is_terminal else (
+            lambda line: err_console.print(f"{time.monotonic() - started:6.1f}s > {line}", markup=False))
+        outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say, backend=backend,
+                              meta=meta).run()
+    took = time.monotonic() - started
+    console.print(f"Apply complete! {len(outcome.created)} added, {len(outcome.destroyed)} destroyed"
+                  + (f", {len(outcome.strays)} stray units removed" if outcome.strays else "")
+                  + f" (state serial {outcome.serial}, {took:.0f} s).")
+    if outcome.grace_expired:
+        console.print(f"Stopped with requests still in flight after the grace period: "
+                      f"{', '.join(outcome.grace_expired)}")
+
+
+# What `llmgw` attaches to its group, in the order of `llmgw --help`.
+COMMANDS: list[click.Command] = [apply]

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from llmgw import edits
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.inventory import NodeState
 from llmgw.site import Site
 
@@ -28,12 +29,10 @@ def _show(site: Site, edit: edits.FileEdit, done: str) -> None:
     click.echo("Commit the change, then run `llmgw plan` to see what it does.")
 
 
-def _node_command(cli: click.Group, verb: str, state: NodeState, summary: str) -> None:
-    from llmgw.cli import AppContext, pass_app
-
-    @cli.command(verb, help=f"{summary}\n\nSets `llmgw_node_state: {state}` for NODE where the inventory "
-                 "defines it (YAML only), keeping comments and order. Nothing changes on the hosts until "
-                 "`llmgw apply`.")
+def _node_command(verb: str, state: NodeState, summary: str) -> click.Command:
+    @click.command(verb, help=f"{summary}\n\nSets `llmgw_node_state: {state}` for NODE where the inventory "
+                   "defines it (YAML only), keeping comments and order. Nothing changes on the hosts until "
+                   "`llmgw apply`.")
     @click.argument("node")
     @pass_app
     def command(app: AppContext, node: str) -> None:
@@ -44,61 +43,63 @@ def _node_command(cli: click.Group, verb: str, state: NodeState, summary: str) -
             return
         _show(site, edit, f"{node} is now {state}: {_STATE_NOTES[state]}.")
 
+    return command
 
-def register(cli: click.Group) -> None:
-    from llmgw.cli import AppContext, pass_app
 
-    _node_command(cli, "cordon", "cordoned", "Place no new replicas on NODE; the ones it runs stay.")
-    _node_command(cli, "uncordon", "ready", "Let NODE take new replicas again (undoes cordon and drain).")
-    _node_command(cli, "drain", "draining",
-                  "Move every replica off NODE at the next apply, without dropping a request.")
+cordon = _node_command("cordon", "cordoned", "Place no new replicas on NODE; the ones it runs stay.")
+uncordon = _node_command("uncordon", "ready", "Let NODE take new replicas again (undoes cordon and drain).")
+drain = _node_command("drain", "draining", "Move every replica off NODE at the next apply, without dropping a request.")
 
-    @cli.command("scale")
-    @click.argument("model")
-    @click.option("--min", "minimum", type=click.IntRange(min=0), required=True,
-                  help="Replicas the planner keeps placed at all times (0: on demand only).")
-    @click.option("--max", "maximum", type=click.IntRange(min=0),
-                  help="Upper bound for replicas started on demand by the routers; never below --min.")
-    @pass_app
-    def scale(app: AppContext, model: str, minimum: int, maximum: int | None) -> None:
-        """Set how many replicas MODEL (a name or alias) runs, in its catalog file.
+@click.command("scale")
+@click.argument("model")
+@click.option("--min", "minimum", type=click.IntRange(min=0), required=True,
+              help="Replicas the planner keeps placed at all times (0: on demand only).")
+@click.option("--max", "maximum", type=click.IntRange(min=0),
+              help="Upper bound for replicas started on demand by the routers; never below --min.")
+@pass_app
+def scale(app: AppContext, model: str, minimum: int, maximum: int | None) -> None:
+    """Set how many replicas MODEL (a name or alias) runs, in its catalog file.
 
-        The planner places --min replicas and keeps them running. --max does not make the
-        planner place more: it bounds how many replicas routers may start on demand (min 0
-        models, and load beyond min), and replicas above it are destroyed by the next apply.
-        Without --max, an existing max is kept (and must not be below --min); a catalog
-        with no max has max follow min. Only the model's scaling block is edited.
-        """
-        site = app.site
-        edit = edits.scale_edit(site, model, minimum, maximum)
-        if edit is None:
-            click.echo(f"{model} already scales like that; nothing was written.")
-            return
-        _show(site, edit, f"Scaled {model}: min {minimum}" + (f", max {maximum}" if maximum is not None else "") + ".")
+    The planner places --min replicas and keeps them running. --max does not make the
+    planner place more: it bounds how many replicas routers may start on demand (min 0
+    models, and load beyond min), and replicas above it are destroyed by the next apply.
+    Without --max, an existing max is kept (and must not be below --min); a catalog
+    with no max has max follow min. Only the model's scaling block is edited.
+    """
+    site = app.site
+    edit = edits.scale_edit(site, model, minimum, maximum)
+    if edit is None:
+        click.echo(f"{model} already scales like that; nothing was written.")
+        return
+    _show(site, edit, f"Scaled {model}: min {minimum}" + (f", max {maximum}" if maximum is not None else "") + ".")
 
-    @cli.group("model")
-    def model_group() -> None:
-        """Add models to the catalog or remove them."""
+@click.group("model")
+def model_group() -> None:
+    """Add models to the catalog or remove them."""
 
-    @model_group.command("add")
-    @click.option("-f", "--file", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                  required=True, help="A YAML file with `models:` (one or more), or one model mapping.")
-    @pass_app
-    def model_add(app: AppContext, source: Path) -> None:
-        """Add the models in FILE to the catalog, as a new file catalog/<first model>.yaml."""
-        site = app.site
-        edit = edits.model_add_edit(site, source)
-        _show(site, edit, f"Added {edit.path.relative_to(site.root)} to the catalog.")
+@model_group.command("add")
+@click.option("-f", "--file", "source", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              required=True, help="A YAML file with `models:` (one or more), or one model mapping.")
+@pass_app
+def model_add(app: AppContext, source: Path) -> None:
+    """Add the models in FILE to the catalog, as a new file catalog/<first model>.yaml."""
+    site = app.site
+    edit = edits.model_add_edit(site, source)
+    _show(site, edit, f"Added {edit.path.relative_to(site.root)} to the catalog.")
 
-    @model_group.command("remove")
-    @click.argument("name")
-    @pass_app
-    def model_remove(app: AppContext, name: str) -> None:
-        """Remove model NAME from the catalog (refused while other models fall back to it).
+@model_group.command("remove")
+@click.argument("name")
+@pass_app
+def model_remove(app: AppContext, name: str) -> None:
+    """Remove model NAME from the catalog (refused while other models fall back to it).
 
-        The next apply drains and destroys its replicas; its cached weights become
-        orphans that `llmgw weights orphans --collect` reclaims.
-        """
-        site = app.site
-        edit = edits.model_remove_edit(site, name)
-        _show(site, edit, f"Removed {name} from the catalog.")
+    The next apply drains and destroys its replicas; its cached weights become
+    orphans that `llmgw weights orphans --collect` reclaims.
+    """
+    site = app.site
+    edit = edits.model_remove_edit(site, name)
+    _show(site, edit, f"Removed {name} from the catalog.")
+
+
+# What `llmgw` attaches to its group, in the order of `llmgw --help`.
+COMMANDS: list[click.Command] = [cordon, uncordon, drain, scale, model_group]

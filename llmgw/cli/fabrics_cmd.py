@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 
 from llmgw.cli import output
+from llmgw.cli.context import AppContext
 from llmgw.errors import FabricError, FactsError
 from llmgw.fabric import Fabric, FabricIndex, fabrics_from_facts, parse_ibnetdiscover
 from llmgw.facts.model import HostFacts
@@ -120,61 +121,62 @@ def print_detail(fabric: Fabric) -> None:
                              [[e.end.name, str(e.end.port), e.peer.label] for e in fabric.endpoints]))
 
 
-def register(cli: click.Group) -> None:
-    from llmgw.cli import AppContext
+@click.group("fabrics", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def fabrics(ctx: click.Context, as_json: bool) -> None:
+    """InfiniBand fabrics seen in the site's facts (or parse a capture: `fabrics parse`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    app = ctx.find_object(AppContext)
+    assert app is not None
+    index = site_index(app.site.facts_dir)
+    if as_json:
+        output.print_json({"fabrics": [f.to_json() for f in index.fabrics.values()]})
+        return
+    if not index.fabrics:
+        output.console.print(f"No fabrics: no host's facts under {app.site.facts_dir} carry "
+                             "ibnetdiscover output.", markup=False, soft_wrap=True)
+        return
+    rows = [[f.id, tiers_text(f), str(len(f.hosts)), str(len(f.degraded_links)),
+             f.rails.status, f.source.removeprefix(CAPTURE_PREFIX)]
+            for f in index.fabrics.values()]
+    output.console.print(output.table(
+        ["FABRIC", "SWITCHES", "HOSTS", "DEGRADED", "RAILS", "FROM"], rows))
 
-    @cli.group("fabrics", invoke_without_command=True)
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-    @click.pass_context
-    def fabrics(ctx: click.Context, as_json: bool) -> None:
-        """InfiniBand fabrics seen in the site's facts (or parse a capture: `fabrics parse`)."""
-        if ctx.invoked_subcommand is not None:
-            return
-        app = ctx.find_object(AppContext)
-        assert app is not None
-        index = site_index(app.site.facts_dir)
-        if as_json:
-            output.print_json({"fabrics": [f.to_json() for f in index.fabrics.values()]})
-            return
-        if not index.fabrics:
-            output.console.print(f"No fabrics: no host's facts under {app.site.facts_dir} carry "
-                                 "ibnetdiscover output.", markup=False, soft_wrap=True)
-            return
-        rows = [[f.id, tiers_text(f), str(len(f.hosts)), str(len(f.degraded_links)),
-                 f.rails.status, f.source.removeprefix(CAPTURE_PREFIX)]
-                for f in index.fabrics.values()]
-        output.console.print(output.table(
-            ["FABRIC", "SWITCHES", "HOSTS", "DEGRADED", "RAILS", "FROM"], rows))
+@fabrics.command("show")
+@click.argument("fabric_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.pass_context
+def show(ctx: click.Context, fabric_id: str, as_json: bool) -> None:
+    """One fabric of the site in full: switches, every host's adapters, what is wrong.
 
-    @fabrics.command("show")
-    @click.argument("fabric_id", metavar="ID")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-    @click.pass_context
-    def show(ctx: click.Context, fabric_id: str, as_json: bool) -> None:
-        """One fabric of the site in full: switches, every host's adapters, what is wrong.
+    ID is a fabric id (`ib-` and its lowest switch GUID), a unique prefix of one, or
+    that switch GUID."""
+    app = ctx.find_object(AppContext)
+    assert app is not None
+    fabric = site_index(app.site.facts_dir).find(fabric_id)
+    if as_json:
+        output.print_json(fabric.to_json())
+    else:
+        print_detail(fabric)
 
-        ID is a fabric id (`ib-` and its lowest switch GUID), a unique prefix of one, or
-        that switch GUID."""
-        app = ctx.find_object(AppContext)
-        assert app is not None
-        fabric = site_index(app.site.facts_dir).find(fabric_id)
-        if as_json:
-            output.print_json(fabric.to_json())
-        else:
-            print_detail(fabric)
+@fabrics.command("parse")
+@click.argument("file", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary.")
+def parse(file: str, as_json: bool) -> None:
+    """Map the fabric(s) in an ibnetdiscover capture (default or -p format; `-` reads
+    stdin). Needs no site."""
+    text, source = read_capture(file)
+    found = parse_ibnetdiscover(text, source=source)
+    if as_json:
+        output.print_json({"fabrics": [f.to_json() for f in found]})
+        return
+    for i, fabric in enumerate(found):
+        if i:
+            output.console.print()
+        print_summary(fabric)
 
-    @fabrics.command("parse")
-    @click.argument("file", metavar="FILE")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a summary.")
-    def parse(file: str, as_json: bool) -> None:
-        """Map the fabric(s) in an ibnetdiscover capture (default or -p format; `-` reads
-        stdin). Needs no site."""
-        text, source = read_capture(file)
-        found = parse_ibnetdiscover(text, source=source)
-        if as_json:
-            output.print_json({"fabrics": [f.to_json() for f in found]})
-            return
-        for i, fabric in enumerate(found):
-            if i:
-                output.console.print()
-            print_summary(fabric)
+
+# What `llmgw` attaches to its group, in the order of `llmgw --help`.
+COMMANDS: list[click.Command] = [fabrics]

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from llmgw.cli import output
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import FactsError
 from llmgw.facts.gather import GatherEvent, GatherReport, gather
 from llmgw.site import Site
@@ -120,68 +121,69 @@ class _ProgressView:
             p.console.print(Text.assemble(mark, f"{ev.host}: {ev.message}"), soft_wrap=True)
 
 
-def register(cli: click.Group) -> None:
-    from llmgw.cli import AppContext, pass_app
+@click.command("facts")
+@click.option("--limit", "-l", metavar="HOSTS", help="Only these hosts (an Ansible pattern: name, group, glob).")
+@click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
+              help="Hosts Ansible talks to at once.")
+@click.option("--install-nvml", is_flag=True,
+              help="pip-install nvidia-ml-py on hosts that have the NVIDIA driver but not the library.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON instead of a summary.")
+@pass_app
+def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: bool, as_json: bool) -> None:
+    """Gather what every node has (GPUs, memory, disks, weights, fabrics) into the facts cache.
 
-    @cli.command("facts")
-    @click.option("--limit", "-l", metavar="HOSTS", help="Only these hosts (an Ansible pattern: name, group, glob).")
-    @click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
-                  help="Hosts Ansible talks to at once.")
-    @click.option("--install-nvml", is_flag=True,
-                  help="pip-install nvidia-ml-py on hosts that have the NVIDIA driver but not the library.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON instead of a summary.")
-    @pass_app
-    def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: bool, as_json: bool) -> None:
-        """Gather what every node has (GPUs, memory, disks, weights, fabrics) into the facts cache.
+    A host that cannot be reached keeps its last facts, marked stale. Exits 1 only
+    when no host at all could be gathered.
+    """
+    site = app.site
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=output.err_console, transient=True) as progress:
+        report = gather(site, limit=limit, forks=forks, install_nvml=install_nvml,
+                        on_progress=_ProgressView(progress))
+    if as_json:
+        output.print_json(report_json(report))
+    else:
+        print_summary(report)
+    if not report.gathered and (report.stale or report.failed):
+        raise FactsError(f"no host could be gathered ({len(report.stale)} stale, {len(report.failed)} failed)",
+                         hint="check that the hosts are up and reachable over SSH: "
+                              "`ansible -i INVENTORY all -m ping`")
 
-        A host that cannot be reached keeps its last facts, marked stale. Exits 1 only
-        when no host at all could be gathered.
-        """
-        site = app.site
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=output.err_console, transient=True) as progress:
-            report = gather(site, limit=limit, forks=forks, install_nvml=install_nvml,
-                            on_progress=_ProgressView(progress))
-        if as_json:
-            output.print_json(report_json(report))
-        else:
-            print_summary(report)
-        if not report.gathered and (report.stale or report.failed):
-            raise FactsError(f"no host could be gathered ({len(report.stale)} stale, {len(report.failed)} failed)",
-                             hint="check that the hosts are up and reachable over SSH: "
-                                  "`ansible -i INVENTORY all -m ping`")
+@click.command("nodes")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@pass_app
+def nodes_command(app: AppContext, as_json: bool) -> None:
+    """Every node: state, free/total GPUs, memory, disk, GPU classes, fabrics, replicas, last seen.
 
-    @cli.command("nodes")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-    @pass_app
-    def nodes_command(app: AppContext, as_json: bool) -> None:
-        """Every node: state, free/total GPUs, memory, disk, GPU classes, fabrics, replicas, last seen.
+    `-` means the host did not report it (unknown, not zero). Unhealthy GPUs are
+    listed under the table with their reasons.
+    """
+    records, notes = nodes_report(app.site)
+    if as_json:
+        output.print_json({"nodes": records, "notes": notes})
+        return
+    columns = ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "FABRICS", "REPLICAS", "LAST SEEN"]
+    # Piped or captured output gets room for every column instead of folding cells.
+    console = output.console if output.console.is_terminal else Console(highlight=False, width=200)
+    console.print(output.table(columns, [node_row(r) for r in records]))
+    lines: list[str] = []
+    for r in records:
+        for g in r["unhealthy_gpus"]:
+            lines.append(f"  {r['node']} GPU {g['index']} ({g['gpu_class']}, {g['uuid']}): "
+                         + "; ".join(g["problems"]))
+    if lines:
+        output.console.print("\nUnhealthy GPUs (neither used nor free):")
+        for line in lines:
+            output.console.print(line, markup=False, soft_wrap=True)
+    stale = [r for r in records if r["stale_since"]]
+    if stale:
+        output.console.print("\nStale facts (host not reached at the last `llmgw facts`):")
+        for r in stale:
+            output.console.print(f"  {r['node']}: since {when(datetime.fromisoformat(r['stale_since']))}: "
+                                 f"{r['stale_reason']}", markup=False, soft_wrap=True)
+    for note in notes:
+        output.console.print(f"\n{note}", markup=False, soft_wrap=True)
 
-        `-` means the host did not report it (unknown, not zero). Unhealthy GPUs are
-        listed under the table with their reasons.
-        """
-        records, notes = nodes_report(app.site)
-        if as_json:
-            output.print_json({"nodes": records, "notes": notes})
-            return
-        columns = ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "FABRICS", "REPLICAS", "LAST SEEN"]
-        # Piped or captured output gets room for every column instead of folding cells.
-        console = output.console if output.console.is_terminal else Console(highlight=False, width=200)
-        console.print(output.table(columns, [node_row(r) for r in records]))
-        lines: list[str] = []
-        for r in records:
-            for g in r["unhealthy_gpus"]:
-                lines.append(f"  {r['node']} GPU {g['index']} ({g['gpu_class']}, {g['uuid']}): "
-                             + "; ".join(g["problems"]))
-        if lines:
-            output.console.print("\nUnhealthy GPUs (neither used nor free):")
-            for line in lines:
-                output.console.print(line, markup=False, soft_wrap=True)
-        stale = [r for r in records if r["stale_since"]]
-        if stale:
-            output.console.print("\nStale facts (host not reached at the last `llmgw facts`):")
-            for r in stale:
-                output.console.print(f"  {r['node']}: since {when(datetime.fromisoformat(r['stale_since']))}: "
-                                     f"{r['stale_reason']}", markup=False, soft_wrap=True)
-        for note in notes:
-            output.console.print(f"\n{note}", markup=False, soft_wrap=True)
+
+# What `llmgw` attaches to its group, in the order of `llmgw --help`.
+COMMANDS: list[click.Command] = [facts_command, nodes_command]

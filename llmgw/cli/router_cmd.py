@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.keys_cmd import resolve_store_url, store_option
 from llmgw.errors import UsageError
 from llmgw.router.settings import RouterSettings
@@ -47,67 +48,68 @@ def _run(server: RouterServer) -> None:
         uvloop.run(server.run(install_signals=True))
 
 
-def register(cli: click.Group) -> None:
-    from llmgw.cli import AppContext, pass_app
+@click.group("router")
+def router() -> None:
+    """The OpenAI gateway in front of the replicas."""
 
-    @cli.group("router")
-    def router() -> None:
-        """The OpenAI gateway in front of the replicas."""
+@router.command("serve")
+@click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="State file to route by (default: the site's state file); reloaded when it changes.")
+@click.option("--listen", default="0.0.0.0:8000", show_default=True, metavar="ADDR",
+              help="Client listener (OpenAI API and the landing page).")
+@click.option("--admin-listen", default="127.0.0.1:8001", show_default=True, metavar="ADDR",
+              help="Admin listener (management API, /metrics); keep it on loopback.")
+@click.option("--metrics-listen", metavar="ADDR", help="Optional listener serving only /metrics.")
+@store_option
+@click.option("--activator", metavar="MODULE:FACTORY",
+              help="Start on-demand (min 0) models through this factory's Activator; "
+                   "without it such models answer 503 while they have no replica.")
+@click.option("--connect-timeout", type=float, default=RouterSettings.connect_timeout, show_default=True,
+              help="Seconds to connect to a replica.")
+@click.option("--first-byte-timeout", type=float, default=RouterSettings.first_byte_timeout,
+              show_default=True, help="Seconds to the first response byte (whole generation when not "
+                                      "streaming).")
+@click.option("--chunk-gap-timeout", type=float, default=RouterSettings.chunk_gap_timeout,
+              show_default=True, help="Longest silence inside a response, in seconds.")
+@click.option("--max-body-mb", type=float, default=RouterSettings.max_body_bytes / 2**20,
+              show_default=True, help="Largest request body, MiB.")
+@click.option("--health-interval", type=float, default=RouterSettings.health_interval, show_default=True,
+              help="Seconds between active health checks.")
+@click.option("--activation-timeout", type=float, default=RouterSettings.activation_timeout,
+              show_default=True, help="Seconds a request waits for an on-demand model to start.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+@pass_app
+def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: str,
+          metrics_listen: str | None, store_url: str | None, activator: str | None,
+          connect_timeout: float, first_byte_timeout: float, chunk_gap_timeout: float,
+          max_body_mb: float, health_interval: float, activation_timeout: float, log_level: str) -> None:
+    """Serve the OpenAI API for the replicas in the state file, with keys, quotas and drains."""
+    from llmgw.router.server import RouterServer, parse_addr
 
-    @router.command("serve")
-    @click.option("--state", "state_path", type=click.Path(dir_okay=False, path_type=Path),
-                  help="State file to route by (default: the site's state file); reloaded when it changes.")
-    @click.option("--listen", default="0.0.0.0:8000", show_default=True, metavar="ADDR",
-                  help="Client listener (OpenAI API and the landing page).")
-    @click.option("--admin-listen", default="127.0.0.1:8001", show_default=True, metavar="ADDR",
-                  help="Admin listener (management API, /metrics); keep it on loopback.")
-    @click.option("--metrics-listen", metavar="ADDR", help="Optional listener serving only /metrics.")
-    @store_option
-    @click.option("--activator", metavar="MODULE:FACTORY",
-                  help="Start on-demand (min 0) models through this factory's Activator; "
-                       "without it such models answer 503 while they have no replica.")
-    @click.option("--connect-timeout", type=float, default=RouterSettings.connect_timeout, show_default=True,
-                  help="Seconds to connect to a replica.")
-    @click.option("--first-byte-timeout", type=float, default=RouterSettings.first_byte_timeout,
-                  show_default=True, help="Seconds to the first response byte (whole generation when not "
-                                          "streaming).")
-    @click.option("--chunk-gap-timeout", type=float, default=RouterSettings.chunk_gap_timeout,
-                  show_default=True, help="Longest silence inside a response, in seconds.")
-    @click.option("--max-body-mb", type=float, default=RouterSettings.max_body_bytes / 2**20,
-                  show_default=True, help="Largest request body, MiB.")
-    @click.option("--health-interval", type=float, default=RouterSettings.health_interval, show_default=True,
-                  help="Seconds between active health checks.")
-    @click.option("--activation-timeout", type=float, default=RouterSettings.activation_timeout,
-                  show_default=True, help="Seconds a request waits for an on-demand model to start.")
-    @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-                  show_default=True)
-    @pass_app
-    def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: str,
-              metrics_listen: str | None, store_url: str | None, activator: str | None,
-              connect_timeout: float, first_byte_timeout: float, chunk_gap_timeout: float,
-              max_body_mb: float, health_interval: float, activation_timeout: float, log_level: str) -> None:
-        """Serve the OpenAI API for the replicas in the state file, with keys, quotas and drains."""
-        from llmgw.router.server import RouterServer, parse_addr
+    site = app.site if (app.directory / SITE_FILE).is_file() else None
+    if state_path is None:
+        if site is None:
+            raise UsageError(f"no --state given and no site in {app.directory.resolve()}",
+                             hint="pass --state FILE, or run in a site folder (or with -C DIR)")
+        state_path = site.state_file
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = RouterSettings(connect_timeout=connect_timeout, first_byte_timeout=first_byte_timeout,
+                              chunk_gap_timeout=chunk_gap_timeout, max_body_bytes=int(max_body_mb * 2**20),
+                              health_interval=health_interval, activation_timeout=activation_timeout)
+    store = open_store(resolve_store_url(app, store_url))
+    try:
+        server = RouterServer(
+            state_path=state_path.resolve(), store=store,
+            listen=parse_addr(listen, default_host="0.0.0.0"),
+            admin_listen=parse_addr(admin_listen, default_host="127.0.0.1"),
+            metrics_listen=parse_addr(metrics_listen, default_host="0.0.0.0") if metrics_listen else None,
+            settings=settings, site_dir=site.root if site is not None else None,
+            activator=load_activator(activator, state_path, site) if activator else None)
+        _run(server)
+    finally:
+        store.close()
 
-        site = app.site if (app.directory / SITE_FILE).is_file() else None
-        if state_path is None:
-            if site is None:
-                raise UsageError(f"no --state given and no site in {app.directory.resolve()}",
-                                 hint="pass --state FILE, or run in a site folder (or with -C DIR)")
-            state_path = site.state_file
-        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        settings = RouterSettings(connect_timeout=connect_timeout, first_byte_timeout=first_byte_timeout,
-                                  chunk_gap_timeout=chunk_gap_timeout, max_body_bytes=int(max_body_mb * 2**20),
-                                  health_interval=health_interval, activation_timeout=activation_timeout)
-        store = open_store(resolve_store_url(app, store_url))
-        try:
-            server = RouterServer(
-                state_path=state_path.resolve(), store=store,
-                listen=parse_addr(listen, default_host="0.0.0.0"),
-                admin_listen=parse_addr(admin_listen, default_host="127.0.0.1"),
-                metrics_listen=parse_addr(metrics_listen, default_host="0.0.0.0") if metrics_listen else None,
-                settings=settings, site_dir=site.root if site is not None else None,
-                activator=load_activator(activator, state_path, site) if activator else None)
-            _run(server)
-        finally:
-            store.close()
+
+# What `llmgw` attaches to its group, in the order of `llmgw --help`.
+COMMANDS: list[click.Command] = [router]

@@ -23,14 +23,15 @@ from rich.console import Console
 from rich.text import Text
 
 from llmgw.cli import output
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import RunnerError, StateError, UsageError
+from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
 
+# The views themselves (the planner, the fabrics, httpx) are imported inside the commands
+# that run them, so `llmgw --help` and every other command start without them.
 if TYPE_CHECKING:
     from llmgw.views import Runtime
 
-# Kept here, not imported: the views (planner, fabrics, httpx) load only when a view runs.
-DEFAULT_ADMIN = "http://127.0.0.1:8001"
-IDLE_AFTER = 3600.0
 NEVER = "-"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -201,97 +202,98 @@ def models_text(view: dict[str, Any], con: Console) -> None:
     _notes(con, view["notes"])
 
 
-def register(cli: click.Group) -> None:
-    from llmgw.cli import AppContext, pass_app
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--idle-after", type=float, default=IDLE_AFTER, show_default=True, metavar="SECONDS",
+              help="A ready replica with no request for this long counts as idle.")
+@router_options
+@pass_app
+def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str, ...], no_router: bool) -> None:
+    """The fleet at a glance: GPU capacity, free nodes per fabric, counts, what cannot be placed."""
+    from llmgw.views import load_site_data
+    from llmgw.views.status import status_view
 
-    @cli.command("status")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-    @click.option("--idle-after", type=float, default=IDLE_AFTER, show_default=True, metavar="SECONDS",
-                  help="A ready replica with no request for this long counts as idle.")
-    @router_options
-    @pass_app
-    def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str, ...], no_router: bool) -> None:
-        """The fleet at a glance: GPU capacity, free nodes per fabric, counts, what cannot be placed."""
-        from llmgw.views import load_site_data
-        from llmgw.views.status import status_view
+    data = load_site_data(app.site)
+    view = status_view(data, get_runtime(routers, no_router), datetime.now(UTC), idle_after=idle_after)
+    if as_json:
+        output.print_json(view)
+    else:
+        status_text(view, _console())
 
-        data = load_site_data(app.site)
-        view = status_view(data, get_runtime(routers, no_router), datetime.now(UTC), idle_after=idle_after)
-        if as_json:
-            output.print_json(view)
-        else:
-            status_text(view, _console())
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@router_options
+@pass_app
+def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: bool) -> None:
+    """Every model: who answers it now, replicas ready of min, and what to do about it."""
+    from llmgw.views import load_site_data
+    from llmgw.views.models import models_view
 
-    @cli.command("models")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-    @router_options
-    @pass_app
-    def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: bool) -> None:
-        """Every model: who answers it now, replicas ready of min, and what to do about it."""
-        from llmgw.views import load_site_data
-        from llmgw.views.models import models_view
+    view = models_view(load_site_data(app.site), get_runtime(routers, no_router))
+    if as_json:
+        output.print_json(view)
+    else:
+        models_text(view, _console())
 
-        view = models_view(load_site_data(app.site), get_runtime(routers, no_router))
-        if as_json:
-            output.print_json(view)
-        else:
-            models_text(view, _console())
+@click.command("replicas")
+@click.option("--model", "model", metavar="MODEL", help="Only this model's replicas (name or alias).")
+@click.option("--downloads", is_flag=True,
+              help="Ask the nodes of starting replicas (through Ansible) how far their weights downloads got.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@router_options
+@pass_app
+def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool, routers: tuple[str, ...],
+             no_router: bool) -> None:
+    """Every replica: shards (node:GPUs), state, age, idle time, endpoint; errors beneath."""
+    from llmgw.views import load_site_data
+    from llmgw.views.downloads import fetch_downloads
+    from llmgw.views.replicas import replicas_view
 
-    @cli.command("replicas")
-    @click.option("--model", "model", metavar="MODEL", help="Only this model's replicas (name or alias).")
-    @click.option("--downloads", is_flag=True,
-                  help="Ask the nodes of starting replicas (through Ansible) how far their weights downloads got.")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-    @router_options
-    @pass_app
-    def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool, routers: tuple[str, ...],
-                 no_router: bool) -> None:
-        """Every replica: shards (node:GPUs), state, age, idle time, endpoint; errors beneath."""
-        from llmgw.views import load_site_data
-        from llmgw.views.downloads import fetch_downloads
-        from llmgw.views.replicas import replicas_view
+    data = load_site_data(app.site)
+    if model is not None and data.catalog.resolve(model) is None and \
+            not any(r.model == model for r in data.state.replicas):
+        raise UsageError(f"no model {model!r} in the catalog or the state",
+                         hint="`llmgw models` lists them")
+    view = replicas_view(data, get_runtime(routers, no_router), datetime.now(UTC), model=model,
+                         downloads=fetch_downloads(data) if downloads else None)
+    if as_json:
+        output.print_json(view)
+    else:
+        replicas_text(view, _console())
 
-        data = load_site_data(app.site)
-        if model is not None and data.catalog.resolve(model) is None and \
-                not any(r.model == model for r in data.state.replicas):
-            raise UsageError(f"no model {model!r} in the catalog or the state",
-                             hint="`llmgw models` lists them")
-        view = replicas_view(data, get_runtime(routers, no_router), datetime.now(UTC), model=model,
-                             downloads=fetch_downloads(data) if downloads else None)
-        if as_json:
-            output.print_json(view)
-        else:
-            replicas_text(view, _console())
+@click.command("logs")
+@click.argument("replica")
+@click.option("--lines", "-n", type=click.IntRange(1, 100000), default=100, show_default=True,
+              help="Journal lines per shard.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@pass_app
+def logs(app: AppContext, replica: str, lines: int, as_json: bool) -> None:
+    """The journal of each of REPLICA's shards (journalctl on each shard's node, through Ansible)."""
+    from llmgw.state import read_state
+    from llmgw.views.logs import fetch_logs
 
-    @cli.command("logs")
-    @click.argument("replica")
-    @click.option("--lines", "-n", type=click.IntRange(1, 100000), default=100, show_default=True,
-                  help="Journal lines per shard.")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-    @pass_app
-    def logs(app: AppContext, replica: str, lines: int, as_json: bool) -> None:
-        """The journal of each of REPLICA's shards (journalctl on each shard's node, through Ansible)."""
-        from llmgw.state import read_state
-        from llmgw.views.logs import fetch_logs
+    state = read_state(app.site.state_file)
+    rec = state.replica(replica)
+    if rec is None:
+        known = ", ".join(r.id for r in state.replicas) or "none"
+        raise StateError(f"no replica {replica!r} in the state (serial {state.serial})",
+                         hint=f"replicas: {known}")
+    result = fetch_logs(app.site, rec, lines)
+    if as_json:
+        output.print_json(result)
+        return
+    con = _console()
+    for s in result["shards"]:
+        con.print(f"[bold]==> {s['node']} {s['unit']} (shard {s['rank']}) <==[/]")
+        if s["error"]:
+            con.print(Text(f"could not read the journal: {s['error']}", style="red"), overflow="fold")
+        for ln in s["lines"]:
+            con.print(Text(ln), overflow="fold")
+    failed = [s for s in result["shards"] if s["error"]]
+    if failed:
+        raise RunnerError(f"could not read the journal of {len(failed)} of {len(result['shards'])} shards",
+                          hint="the lines above say why, per shard")
 
-        state = read_state(app.site.state_file)
-        rec = state.replica(replica)
-        if rec is None:
-            known = ", ".join(r.id for r in state.replicas) or "none"
-            raise StateError(f"no replica {replica!r} in the state (serial {state.serial})",
-                             hint=f"replicas: {known}")
-        result = fetch_logs(app.site, rec, lines)
-        if as_json:
-            output.print_json(result)
-            return
-        con = _console()
-        for s in result["shards"]:
-            con.print(f"[bold]==> {s['node']} {s['unit']} (shard {s['rank']}) <==[/]")
-            if s["error"]:
-                con.print(Text(f"could not read the journal: {s['error']}", style="red"), overflow="fold")
-            for ln in s["lines"]:
-                con.print(Text(ln), overflow="fold")
-        failed = [s for s in result["shards"] if s["error"]]
-        if failed:
-            raise RunnerError(f"could not read the journal of {len(failed)} of {len(result['shards'])} shards",
-                              hint="the lines above say why, per shard")
+
+# What `llmgw` attaches to its group, in the order of `llmgw --help`.
+COMMANDS: list[click.Command] = [status, models, replicas, logs]

@@ -8,6 +8,7 @@ import click
 
 from llmgw.catalog import load_catalog
 from llmgw.cli import output
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.facts.cache import read_facts, write_facts
 from llmgw.facts.model import HostFacts
 from llmgw.site import Site
@@ -50,53 +51,54 @@ def forget_removed(site: Site, facts: dict[str, HostFacts], report: dict[str, di
             write_facts(site.facts_dir, facts[host].model_copy(update={"weights": kept}))
 
 
-def register(cli: click.Group) -> None:
-    from llmgw.cli import AppContext, pass_app
+@click.group("weights")
+def weights_group() -> None:
+    """Model weights on the hosts."""
 
-    @cli.group("weights")
-    def weights_group() -> None:
-        """Model weights on the hosts."""
+@weights_group.command("orphans")
+@click.option("--collect", is_flag=True, help="Ask each host to remove its orphans (it re-checks each one).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@pass_app
+def orphans_cmd(app: AppContext, collect: bool, as_json: bool) -> None:
+    """llmgw-fetched weights that no catalog model wants, per host, from the facts cache.
 
-    @weights_group.command("orphans")
-    @click.option("--collect", is_flag=True, help="Ask each host to remove its orphans (it re-checks each one).")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-    @pass_app
-    def orphans_cmd(app: AppContext, collect: bool, as_json: bool) -> None:
-        """llmgw-fetched weights that no catalog model wants, per host, from the facts cache.
+    Only entries named by llmgw's cache (a hash of their source) are listed; files an
+    operator put in a model dir are never touched. Run `llmgw facts` first for a fresh view.
+    """
+    site = app.site
+    catalog = load_catalog(site.catalog_dir, root=site.root)
+    wanted = wanted_names(catalog, read_state(site.state_file))
+    facts = read_facts(site.facts_dir)
+    found = find_orphans(facts, wanted)
+    listing = [o for entries in found.values() for o in entries]
+    total = sum(o.size_bytes for o in listing)
+    report = collect_orphans(site, found, wanted) if collect and found else {}
+    forget_removed(site, facts, report)
+    if as_json:
+        data: dict[str, Any] = {"orphans": [vars(o) for o in listing], "total_bytes": total}
+        if collect:
+            data["collect"] = report
+        output.print_json(data)
+        return
+    if not listing:
+        output.console.print("No orphaned weights: every llmgw cache entry is wanted by the catalog.")
+        return
+    rows = [[o.host, o.name, human_bytes(o.size_bytes), o.path] for o in listing]
+    output.console.print(output.table(["HOST", "ENTRY", "SIZE", "PATH"], rows))
+    output.console.print(f"{len(listing)} orphaned entr{'ies' if len(listing) != 1 else 'y'} on "
+                         f"{len(found)} host{'s' if len(found) != 1 else ''}, {human_bytes(total)} in all.")
+    if not collect:
+        output.console.print("Reclaim them with `llmgw weights orphans --collect`.")
+        return
+    removed = [r for v in report.values() for r in v.get("removed", [])]
+    output.console.print(f"Asked to remove {len(listing)} entr{'ies' if len(listing) != 1 else 'y'}; the hosts "
+                         f"removed {len(removed)} ({human_bytes(sum(int(r['size_bytes']) for r in removed))}).")
+    for host, outcome in sorted(report.items()):
+        if "error" in outcome:
+            output.console.print(f"  {host}: not asked: {outcome['error']}", markup=False)
+        for r in outcome.get("refused", []):
+            output.console.print(f"  {host}: refused {r['name']}: {r['reason']}", markup=False)
 
-        Only entries named by llmgw's cache (a hash of their source) are listed; files an
-        operator put in a model dir are never touched. Run `llmgw facts` first for a fresh view.
-        """
-        site = app.site
-        catalog = load_catalog(site.catalog_dir, root=site.root)
-        wanted = wanted_names(catalog, read_state(site.state_file))
-        facts = read_facts(site.facts_dir)
-        found = find_orphans(facts, wanted)
-        listing = [o for entries in found.values() for o in entries]
-        total = sum(o.size_bytes for o in listing)
-        report = collect_orphans(site, found, wanted) if collect and found else {}
-        forget_removed(site, facts, report)
-        if as_json:
-            data: dict[str, Any] = {"orphans": [vars(o) for o in listing], "total_bytes": total}
-            if collect:
-                data["collect"] = report
-            output.print_json(data)
-            return
-        if not listing:
-            output.console.print("No orphaned weights: every llmgw cache entry is wanted by the catalog.")
-            return
-        rows = [[o.host, o.name, human_bytes(o.size_bytes), o.path] for o in listing]
-        output.console.print(output.table(["HOST", "ENTRY", "SIZE", "PATH"], rows))
-        output.console.print(f"{len(listing)} orphaned entr{'ies' if len(listing) != 1 else 'y'} on "
-                             f"{len(found)} host{'s' if len(found) != 1 else ''}, {human_bytes(total)} in all.")
-        if not collect:
-            output.console.print("Reclaim them with `llmgw weights orphans --collect`.")
-            return
-        removed = [r for v in report.values() for r in v.get("removed", [])]
-        output.console.print(f"Asked to remove {len(listing)} entr{'ies' if len(listing) != 1 else 'y'}; the hosts "
-                             f"removed {len(removed)} ({human_bytes(sum(int(r['size_bytes']) for r in removed))}).")
-        for host, outcome in sorted(report.items()):
-            if "error" in outcome:
-                output.console.print(f"  {host}: not asked: {outcome['error']}", markup=False)
-            for r in outcome.get("refused", []):
-                output.console.print(f"  {host}: refused {r['name']}: {r['reason']}", markup=False)
+
+# What `llmgw` attaches to its group, in the order of `llmgw --help`.
+COMMANDS: list[click.Command] = [weights_group]

@@ -11,9 +11,33 @@ dicts they return, so a terminal and a browser can never disagree about the flee
     nodes.py     per node, and one node in full
     fabrics.py   fabrics, and one fabric laid out for drawing
     text.py      durations, sizes and bars, shared by terminal and browser
+    defaults.py  DEFAULT_ADMIN, IDLE_AFTER (imports nothing)
+
+The names below load on first use (PEP 562), so `from llmgw.views.defaults import ...`
+or `import llmgw.views` costs nothing until a view runs: the CLI's --help stays fast.
 """
 
-from llmgw.views.runtime import Runtime
-from llmgw.views.sitedata import SiteData, SiteDataCache, load_site_data
+from __future__ import annotations
 
-__all__ = ["Runtime", "SiteData", "SiteDataCache", "load_site_data"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
+
+if TYPE_CHECKING:
+    from llmgw.views.runtime import Runtime
+    from llmgw.views.sitedata import SiteData, SiteDataCache, load_site_data
+
+__all__ = ["DEFAULT_ADMIN", "IDLE_AFTER", "Runtime", "SiteData", "SiteDataCache", "load_site_data"]
+
+_LAZY = {"Runtime": "llmgw.views.runtime", "SiteData": "llmgw.views.sitedata",
+         "SiteDataCache": "llmgw.views.sitedata", "load_site_data": "llmgw.views.sitedata"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llmgw.views' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

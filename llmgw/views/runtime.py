@@ -14,8 +14,6 @@ from typing import Any
 
 import httpx
 
-DEFAULT_ADMIN = "http://127.0.0.1:8001"
-
 
 @dataclass(frozen=True)
 class Runtime:

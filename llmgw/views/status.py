@@ -16,14 +16,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from llmgw.views.defaults import IDLE_AFTER
 from llmgw.views.models import models_view
 from llmgw.views.nodes import gpu_holders
 from llmgw.views.replicas import replicas_view
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import percent
-
-IDLE_AFTER = 3600.0
 
 
 def capacity(data: SiteData) -> tuple[list[dict[str, Any]], list[str]]:
