@@ -9,6 +9,7 @@ Host vars llmgw reads:
     llmgw_model_dirs    [paths] where operators keep model files
     llmgw_cache_dir     where llmgw fetches weights (default /var/cache/llmgw)
     llmgw_mgmt_address  how routers reach the engines (default ansible_host, then the name)
+    llmgw_failure_domain  a name (room, power feed...) a model's replicas spread across
 Nodes are the hosts of group `llmgw_nodes`; without that group, every host that is not
 only a router. Routers are the hosts of group `llmgw_routers`.
 """
@@ -89,6 +90,9 @@ def _host(name: str, hv: dict[str, Any], groups: frozenset[str]) -> Host:
     for d in dirs:
         if not isinstance(d, str) or not d.startswith("/"):
             raise problem("llmgw_model_dirs", "a list of absolute paths")
+    domain = hv.get("llmgw_failure_domain")
+    if domain is not None and (isinstance(domain, bool) or not isinstance(domain, str | int)):
+        raise problem("llmgw_failure_domain", "a name, e.g. room-a")
     cache = hv.get("llmgw_cache_dir", DEFAULT_CACHE_DIR)
     if not isinstance(cache, str) or not cache.startswith("/"):
         raise problem("llmgw_cache_dir", "an absolute path")

@@ -100,3 +100,21 @@ def test_the_plan_says_when_capacity_cannot_keep_the_floor() -> None:
     drain = make_plan(inputs([TINY], [hosts[0], node("node2", "draining"), hosts[2]], fs, state=state))
     assert not any("floor" in n for n in drain.notes)
     assert [a.action for a in drain.actions if a.model == "tiny"] == []
+
+
+def test_a_failure_domain_must_be_a_name() -> None:
+    from pathlib import Path
+
+    import pytest
+
+    from llmgw.errors import InventoryError
+    from llmgw.inventory import parse_inventory_json
+
+    def inv(value: object) -> Any:
+        return parse_inventory_json(Path("hosts.yml"), {
+            "_meta": {"hostvars": {"n1": {"llmgw_failure_domain": value}}}, "llmgw_nodes": {"hosts": ["n1"]}})
+
+    assert inv("room-a").hosts["n1"].vars["llmgw_failure_domain"] == "room-a"
+    for bad in ({"a": 1}, ["x"], True):
+        with pytest.raises(InventoryError, match="llmgw_failure_domain is .*expected a name"):
+            inv(bad)
