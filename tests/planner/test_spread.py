@@ -116,5 +116,5 @@ def test_a_failure_domain_must_be_a_name() -> None:
 
     assert inv("room-a").hosts["n1"].vars["llmgw_failure_domain"] == "room-a"
     for bad in ({"a": 1}, ["x"], True):
-        with pytest.raises(InventoryError, match="llmgw_failure_domain is .*expected a name"):
+        with pytest.raises(InventoryError, match=r"llmgw_failure_domain is .*expected a name"):
             inv(bad)
