@@ -159,6 +159,7 @@ class Call:
         self._length: int | None = None
         self._limit = 0
         self._sent = False  # the streamed body started going to an engine: no second attempt
+        self._upload_error: ClientGone | RouterError | None = None
         self._status = 0
         self._sse = False
         self._seen: list[bytes] = []
@@ -327,16 +328,28 @@ class Call:
         while more:
             message = await self.receive()
             if message["type"] == "http.disconnect":
-                raise ClientGone
+                self._upload_error = ClientGone()
+                raise self._upload_error
             chunk = message.get("body", b"")
             more = bool(message.get("more_body", False))
             size += len(chunk)
             if size > self._limit:
-                raise RouterError(413, f"request body is over the limit of {self._limit} bytes",
-                                  code="request_too_large")
+                self._upload_error = RouterError(413, f"request body is over the limit of {self._limit} bytes",
+                                                 code="request_too_large")
+                raise self._upload_error
             if chunk:
                 yield chunk
         self._uploaded.set()
+
+    def raise_upload_error(self) -> None:
+        """Raise what broke the client's upload, if it did: the engine request failed
+        because of the client (gone, or over the limit), not because of the engine.
+
+        aiohttp reports an exception raised inside a streamed body as its own
+        connection error, so the proxy asks here before blaming the replica.
+        """
+        if self._upload_error is not None:
+            raise self._upload_error
 
     # -- the answer ---------------------------------------------------------------------
     def billable(self, usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -371,8 +384,11 @@ class Call:
     def _note(self, chunk: bytes, last: bool) -> None:
         self._seen.append(chunk)
         self._seen_size += len(chunk)
+        if not self._sse and not last and self._seen_size < _KEEP_FOR_ID:
+            return  # a plain body is read whole, once, at its end
         data = b"".join(self._seen)
         if self._sse:
+            data = data.replace(b"\r\n", b"\n")  # only the first event is ever read: small
             end = data.find(b"\n\n")
             if end < 0 and not last and self._seen_size < _KEEP_FOR_ID:
                 return

@@ -377,6 +377,7 @@ class Proxy:
                 raise _Retry from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 flight.deadline = _NEVER
+                flight.call.raise_upload_error()  # the client's upload broke off: not the replica's doing
                 if resp is None and not fresh:
                     # Written into a pooled connection the engine had closed (or closed before
                     # answering a byte): the engine never saw the request.
@@ -388,6 +389,7 @@ class Proxy:
                 raise _Retry from None
             except (aiohttp.ClientError, OSError) as exc:
                 flight.deadline = _NEVER
+                flight.call.raise_upload_error()
                 self._failed(replica, "connect", f"{type(exc).__name__}: {exc}")
                 raise _Retry from None
             flight.deadline = _NEVER

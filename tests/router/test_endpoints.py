@@ -1,7 +1,7 @@
 """The endpoints beyond chat: rerank, score, audio (multipart), tokenize, responses by id.
 
 Routed by model through the real router (real listeners, auth, quotas, usage) to a
-narrow test double of an engine speaking vLLM's paths (tests/router/engine_double.py):
+narrow test double of an engine speaking vLLM's paths (tests/support/engine_double.py):
 the lab's llama-server has no audio model, no cross-encoder and keeps no responses.
 What llama-server itself serves through the router is in test_responses_api.py. Also:
 docs/compat.md says exactly what llmgw/router/endpoints.py declares, and every endpoint
@@ -10,8 +10,10 @@ in it is exercised here or there.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
+import socket
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -23,8 +25,8 @@ from llmgw.router.endpoints import ENDPOINTS, ENGINES, match, served, upstream_p
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.responses import Produced, ResponseAffinity
 from llmgw.state import Replica, Shard
-from tests.router.engine_double import EngineDouble
-from tests.router.support import HTTP, REPO, RunningRouter, StateFile, model, wait_until
+from tests.support.engine_double import EngineDouble
+from tests.support.router import FAST, HTTP, REPO, RunningRouter, StateFile, model, wait_until
 
 COMPAT = REPO / "docs" / "compat.md"
 
@@ -286,3 +288,33 @@ def test_responses_by_id_follow_the_replica_that_produced_them(
     with pytest.raises(openai.NotFoundError) as gone_get:
         client.responses.retrieve(first.id)
     assert gone_get.value.code == "response_not_found" and "is gone" in gone_get.value.message
+
+
+def test_uploads_over_the_limit_and_a_client_that_leaves_mid_upload(
+        doubles: Callable[..., EngineDouble], state: StateFile, start_router: Callable[..., RunningRouter],
+        api_key: str) -> None:
+    w = doubles("w", "whisper")
+    state.write([model("whisper")], [double_replica("whisper-0", "whisper", w)])
+    router = start_router(state.path, settings=dataclasses.replace(FAST, max_body_bytes=1024 * 1024))
+    big = {"file": ("a.wav", b"\0" * (2 * 1024 * 1024), "audio/wav")}
+    over = _post(router, api_key, "/v1/audio/transcriptions", files=big, data={"model": "whisper"})
+    assert over.status_code == 413 and over.json()["error"]["code"] == "request_too_large"
+    assert w.seen == []
+
+    # The front (with the model) arrives, then the client goes away inside the file.
+    boundary = "b0undary"
+    front = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n"
+             f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+             "Content-Type: audio/wav\r\n\r\n").encode() + b"\1" * 10_000
+    host, port = router.server.addresses["client"]
+    with socket.create_connection((host, port)) as sock:
+        sock.sendall((f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api_key}\r\n"
+                      f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+                      "Content-Length: 500000\r\n\r\n").encode() + front)
+        wait_until(lambda: router.replica("whisper-0")["in_flight"] == 1, 10, "the upload to reach the engine")
+    wait_until(lambda: router.replica("whisper-0")["in_flight"] == 0, 10, "the router to let the upload go")
+    after = router.replica("whisper-0")
+    assert after["consecutive_failures"] == 0 and after["health"] != "unhealthy"  # the client's doing, not its
+    ok = _post(router, api_key, "/v1/audio/transcriptions", files={"file": ("b.wav", b"abc", "audio/wav")},
+               data={"model": "whisper"})
+    assert ok.status_code == 200 and ok.json()["text"] == "w heard 3 bytes of b.wav for whisper"
