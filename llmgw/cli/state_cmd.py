@@ -16,17 +16,14 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from llmgw.cli import output
+from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import StateError, UsageError
 from llmgw.state import State, WriteMeta, backend_for, git_commit, open_backend, parse_state
 from llmgw.yamlio import atomic_write
-
-if TYPE_CHECKING:
-    from llmgw.cli.context import AppContext
 
 
 def _when(value: datetime | None) -> str:
@@ -40,7 +37,7 @@ def state_group() -> None:
 
 @state_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.pass_obj
+@pass_app
 def list_cmd(app: AppContext, as_json: bool) -> None:
     """Every serial the backend keeps, newest first, with its author, time, plan and git commit."""
     with backend_for(app.site) as backend:
@@ -76,7 +73,7 @@ def _show_text(state: State, where: str) -> None:
 @state_group.command("show")
 @click.argument("serial", required=False, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print the state document itself.")
-@click.pass_obj
+@pass_app
 def show_cmd(app: AppContext, serial: int | None, as_json: bool) -> None:
     """One serial of the state (default: the newest)."""
     with backend_for(app.site) as backend:
@@ -90,7 +87,7 @@ def show_cmd(app: AppContext, serial: int | None, as_json: bool) -> None:
 
 @state_group.command("pull")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write it to FILE instead of stdout.")
-@click.pass_obj
+@pass_app
 def pull_cmd(app: AppContext, out: Path | None) -> None:
     """The newest state as JSON, to edit offline and `push` back, or to keep as a backup."""
     with backend_for(app.site) as backend:
@@ -113,7 +110,7 @@ def _read_file(path: Path) -> State:
 @state_group.command("push")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Push even an older serial or another lineage (says what it loses).")
-@click.pass_obj
+@pass_app
 def push_cmd(app: AppContext, file: Path, force: bool) -> None:
     """Make FILE the newest state, written as the next serial, under the lock."""
     state = _read_file(file)
@@ -124,7 +121,7 @@ def push_cmd(app: AppContext, file: Path, force: bool) -> None:
 
 @state_group.command("lock-info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.pass_obj
+@pass_app
 def lock_info_cmd(app: AppContext, as_json: bool) -> None:
     """Who holds the state's lock, doing what, and until when its lease runs."""
     with backend_for(app.site) as backend:
@@ -144,7 +141,7 @@ def lock_info_cmd(app: AppContext, as_json: bool) -> None:
 @state_group.command("unlock")
 @click.argument("lock_id")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.pass_obj
+@pass_app
 def unlock_cmd(app: AppContext, lock_id: str, yes: bool) -> None:
     """Break the lock LOCK_ID, when its holder is gone and you cannot wait for its lease.
 
@@ -165,7 +162,7 @@ def unlock_cmd(app: AppContext, lock_id: str, yes: bool) -> None:
 @state_group.command("migrate")
 @click.option("--to", "target", required=True, metavar="URL_OR_PATH",
               help="An empty backend: postgresql://user@host/db (password from $LLMGW_STATE_PASSWORD...) or a path.")
-@click.pass_obj
+@pass_app
 def migrate_cmd(app: AppContext, target: str) -> None:
     """Copy the newest state into an empty backend, keeping its serial and lineage.
 
@@ -187,7 +184,7 @@ def migrate_cmd(app: AppContext, target: str) -> None:
 
 @state_group.command("import")
 @click.option("--lineage", required=True, help="The lineage the hosts' units carry (the plan's refusal names it).")
-@click.pass_obj
+@pass_app
 def import_cmd(app: AppContext, lineage: str) -> None:
     """Adopt units of another state deliberately: start this empty state in their lineage.
 

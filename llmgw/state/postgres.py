@@ -122,6 +122,13 @@ class PostgresBackend(StateBackend):
 
     def _migrate(self) -> None:
         with self._tx() as cur:
+            # A read-only role (a pull request's plan) can neither create nor insert: when the
+            # schema is complete, there is nothing to do.
+            cur.execute("SELECT to_regclass('llmgw_state_head') IS NOT NULL AND to_regclass('llmgw_state_serials') "
+                        "IS NOT NULL AND to_regclass('llmgw_state_routers') IS NOT NULL AND "
+                        "to_regclass('llmgw_locks') IS NOT NULL")
+            if cur.fetchone()[0]:
+                return
             cur.execute("SELECT pg_advisory_xact_lock(7340044)")  # CREATE races between processes
             for stmt in _SCHEMA:
                 cur.execute(stmt)
