@@ -174,6 +174,7 @@ class Applier:
         now = datetime.now(UTC)
         records = [Replica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, state="starting",
                            endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now, cache_name=r.cache_name,
+                           source=r.source,
                            shards=[Shard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit)
                                    for s in r.shards]) for r in replicas]
         known = {r.id for r in self.state.replicas}

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import resources
+from llmgw.apply.wheelhouse import hub_wheelhouse
 from llmgw.errors import RunnerError
 from llmgw.inventory import Inventory
 from llmgw.runner import RunEvent, RunResult, run_playbook
+from llmgw.weights.hub import is_repo_source
 
 Progress = Callable[[str, str, int, "int | None"], None]
 """(step, host, done, total) as a step runs; for downloads done/total are bytes."""
@@ -96,9 +98,13 @@ class Hosts:
             return
         artifacts = str(self.artifacts) if self.artifacts is not None else ""
         fetchers = _pattern(list(weights)) or "all:!all"  # a play needs a pattern; this one matches none
+        # Whole Hugging Face repositories: hosts install huggingface_hub from an archive built here.
+        hub = {"llmgw_weights_wheelhouse": str(hub_wheelhouse())} \
+            if any(is_repo_source(e["source"].partition("?")[0]) for es in weights.values() for e in es) \
+            else {}
         self._run(self.engines_playbook, step, list(shards),
                   {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,
-                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts}, progress)
+                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub}, progress)
 
     def deliver(self, state_file: Path, wheelhouse: Path, *, serial: int, present: Sequence[str] = (),
                 idle: Sequence[str] = (), timeout: float = 60.0, state_only: bool = False,

@@ -15,6 +15,7 @@ from llmgw.planner.inputs import FabricIndex
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
 from llmgw.state import StateBackend, WriteMeta, backend_for
+from llmgw.weights.check import weights_host_vars
 
 
 def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") -> Hosts:
@@ -23,7 +24,7 @@ def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") 
                  "llmgw_router_site_facts": str(site.facts_dir) if site.facts_dir.is_dir() else "",
                  "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else ""}
     return Hosts(site.inventory, load_inventory(site.inventory), artifacts=artifacts, forks=forks,
-                 engines_playbook=engines_playbook, dashboard=dashboard)
+                 engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site))
 
 
 def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:

@@ -70,6 +70,9 @@ class Replica(_Model):
     # The weights cache entry the replica serves from, so weights GC never takes the
     # weights of a replica whose model has already left the catalog.
     cache_name: str | None = None
+    # The weights source as fetched; a whole Hugging Face repository pinned to the commit
+    # it was planned with (hf://org/repo@COMMIT), so the weights a replica serves are on record.
+    source: str | None = None
 
 
 class State(_Model):
