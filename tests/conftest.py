@@ -1,4 +1,4 @@
-"""Shared fixtures; importable helpers live in tests/helpers.py."""
+"""Shared fixtures; importable helpers live in tests/support/."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mirror import HfMirror, running_mirror
+from tests.support.hf_mirror import HfMirror, running_mirror
 
 
 @pytest.fixture

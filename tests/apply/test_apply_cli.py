@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.site import Site
 from llmgw.state import State, read_state, write_state
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from llmgw.errors import PlanError
 from llmgw.site import Site
 from llmgw.state import read_state
 from tests.apply.test_executor import Recorder, applier, plan_of, site  # noqa: F401 (site: a fixture)
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 
 def test_a_replace_without_its_replacement_is_refused_before_anything_stops(site: Site) -> None:  # noqa: F811

@@ -22,7 +22,7 @@ from llmgw.planner import Plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.site import Site
 from llmgw.state import State, read_state, write_state
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,20 +24,15 @@ from llmgw.site import Site
 from llmgw.state import read_state, write_state
 from llmgw.store import open_store
 from llmgw.store.model import UsageDelta
-from tests.router.support import serve_in_thread
-from tests.views.example import REPO, example_site
+from tests.support.example_site import REPO, example_site
+from tests.support.net import free_port
+from tests.support.router import serve_in_thread
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 UNHEALTHY = "llama-3.1-70b-2"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Health(http.server.BaseHTTPRequestHandler):

@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 
 from llmgw.fabric import parse_ibnetdiscover
 from tests.browser.conftest import Dashboard, screenshot
-from tests.views.example import EXAMPLE, FIXTURES
+from tests.support.example_site import EXAMPLE, FIXTURES
 
 pytestmark = pytest.mark.browser
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.catalog import load_catalog, parse_duration
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 GOOD = """
 models:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 
 def test_init_writes_a_valid_starter_site(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import pytest
 from llmgw.apply import hosts_for
 from llmgw.router.activator import factory
 from llmgw.site import Site
-from tests.labsite import REPO, VENV_BIN, Lab, lab
+from tests.support.lab import REPO, VENV_BIN, Lab, lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.edits import remove_item, set_key
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 INVENTORY = """\
 # Fleet of the edit tests.

@@ -9,7 +9,7 @@ import pytest
 
 from llmgw.errors import FabricError
 from llmgw.fabric import parse_ibnetdiscover
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
 CAPTURES = sorted([*FIXTURES.glob("*.ibnetdiscover*.txt"),

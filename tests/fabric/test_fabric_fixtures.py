@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmgw.fabric import Fabric, parse_ibnetdiscover
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.truth.json"))

@@ -9,7 +9,7 @@ import pytest
 
 from llmgw.fabric import Fabric, parse_ibnetdiscover
 from llmgw.fabric.parse import parse_graph
-from tests.fabric.fabric_gen import SWITCH_BASE, Built, synth_from_graph, three_tier
+from tests.support.fabric_gen import SWITCH_BASE, Built, synth_from_graph, three_tier
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
 

@@ -13,8 +13,8 @@ import pytest
 from llmgw.errors import FabricError
 from llmgw.fabric import FabricIndex, fabrics_from_facts, parse_ibnetdiscover
 from llmgw.facts.model import HostFacts
-from tests.fabric.fabric_gen import three_tier
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
+from tests.support.fabric_gen import three_tier
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ibnetdiscover"
 COMPUTE, STORAGE = "ib-0c42a10300b50000", "ib-0c42a10300e60000"

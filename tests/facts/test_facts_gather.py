@@ -12,7 +12,7 @@ from pathlib import Path
 from llmgw.facts.cache import read_facts, write_facts
 from llmgw.facts.gather import TASK_FABRIC, TASK_GPU, TASK_IB, TASK_NODE, facts_from_results, keep_stale
 from llmgw.runner import TaskResult
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 PY = sys.executable
 

@@ -18,7 +18,7 @@ import pytest
 
 from llmgw.facts.cache import read_facts
 from llmgw.inventory import load_inventory
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.lab
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tests.facts.support import FakeGpu, FakeNvml, module
+from tests.support.facts import FakeGpu, FakeNvml, module
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from tests.facts.support import FakeGpu, FakeNvml, module, util
+from tests.support.facts import FakeGpu, FakeNvml, module, util
 
 gpu = util("gpu")
 gpu_facts = module("gpu_facts")

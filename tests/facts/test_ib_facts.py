@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.facts.support import module, plugin, util, write_tree
+from tests.support.facts import module, plugin, util, write_tree
 
 ib = util("ib")
 ib_facts = module("ib_facts")

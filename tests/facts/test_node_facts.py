@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.facts.support import module, util, write_tree
+from tests.support.facts import module, util, write_tree
 
 cpu_memory = util("cpu_memory")
 engine_versions = util("engine_versions")

@@ -12,7 +12,7 @@ import pytest
 
 from llmgw.facts.cache import read_facts, write_facts
 from llmgw.state import Replica, Shard, State, write_state
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventories" / "example"

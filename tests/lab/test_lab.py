@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.inventory import load_inventory
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.lab
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.lab import node_specs
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "inventories" / "lab"

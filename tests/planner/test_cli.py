@@ -14,8 +14,8 @@ import pytest
 
 from llmgw.planner import Plan
 from llmgw.state import read_state, write_state
-from tests.helpers import run_cli
-from tests.planner.sitegen import write_site
+from tests.support.cli import run_cli
+from tests.support.plan_site import write_site
 
 GOLDEN = Path(__file__).parent / "golden"
 

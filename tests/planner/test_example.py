@@ -13,8 +13,8 @@ import pytest
 
 from llmgw.planner import Plan
 from llmgw.state import read_state, write_state
-from tests.helpers import run_cli
 from tests.planner.test_cli import golden
+from tests.support.cli import run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "example"
 # What a rejection may say: the node (or fabric) first, then a state, a label mismatch, or a

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from llmgw.catalog import Profile
 from llmgw.planner import make_plan
-from tests.planner.build import cpu_profile, facts, gpu_profile, host, inputs, model
+from tests.support.plan_inputs import cpu_profile, facts, gpu_profile, host, inputs, model
 
 
 def test_a_cpu_llamacpp_profile_may_span_nodes_but_not_a_vllm_one() -> None:

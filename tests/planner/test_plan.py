@@ -8,7 +8,7 @@ from datetime import timedelta
 from llmgw.planner import Plan, make_plan
 from llmgw.planner.render import render_plan
 from llmgw.state import Replica, Shard, State
-from tests.planner.build import T0, catalog, cpu_profile, facts, gpu_profile, host, inputs, model
+from tests.support.plan_inputs import T0, catalog, cpu_profile, facts, gpu_profile, host, inputs, model
 
 
 def applied(plan: Plan, state: State | None = None) -> State:

@@ -20,7 +20,7 @@ from llmgw.planner import MapFabrics, Plan, PlanInputs, make_plan
 from llmgw.planner.fleet import BYTES_PER_GB
 from llmgw.planner.render import NO_CHANGES, render_plan
 from llmgw.state import State
-from tests.planner.build import catalog, facts, gpus, host, model
+from tests.support.plan_inputs import catalog, facts, gpus, host, model
 
 CLASSES = ["H100-80GB", "A100-80GB"]
 LABELS = [{}, {"role": "a"}, {"role": "b"}]

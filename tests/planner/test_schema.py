@@ -9,7 +9,7 @@ import pytest
 from llmgw.errors import PlanError
 from llmgw.planner import PLAN_VERSION, REASON_CODES, load_plan, make_plan
 from llmgw.state import State
-from tests.planner.build import facts, gpu_profile, host, inputs, model
+from tests.support.plan_inputs import facts, gpu_profile, host, inputs, model
 
 M = model("m", gpu_profile(gpus=4), min=2)
 HOSTS = [host("a", address="10.0.0.1"), host("b", address="10.0.0.2")]

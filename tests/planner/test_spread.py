@@ -12,7 +12,7 @@ from llmgw.planner import Plan, make_plan
 from llmgw.planner.explain import explain, explanation_json, render_explanation
 from llmgw.state import State
 from llmgw.weights.names import cache_name
-from tests.planner.build import cpu_profile, facts, gpu_profile, inputs, model
+from tests.support.plan_inputs import cpu_profile, facts, gpu_profile, inputs, model
 
 TINY = model("tiny", cpu_profile(mem=1), min=2, max=2, source="file:///srv/models/tiny.gguf")
 

@@ -23,7 +23,8 @@ import pytest
 from llmgw.router import RouterServer, RouterSettings
 from llmgw.router.ondemand import Activator
 from llmgw.store import Store, open_store
-from tests.router.support import (
+from tests.support.net import free_port
+from tests.support.router import (
     ENGINE,
     FAST,
     HTTP,
@@ -34,7 +35,6 @@ from tests.router.support import (
     RunningRouter,
     StateFile,
     close_clients,
-    free_port,
     require_engine,
     serve_in_thread,
     wait_until,

@@ -9,7 +9,7 @@ import pytest
 
 from llmgw.store import MinuteCount, UsageDelta, open_store
 from llmgw.store.keys import hash_key
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 
 @pytest.fixture

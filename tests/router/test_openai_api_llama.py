@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from llmgw.store import Store
-from tests.router.support import HTTP, Engine, RunningRouter, StateFile, model, replica
+from tests.support.router import HTTP, Engine, RunningRouter, StateFile, model, replica
 
 pytestmark = pytest.mark.engine
 

@@ -10,7 +10,7 @@ import pytest
 
 from llmgw.router.auth import AUTH_EXEMPT_PATHS
 from llmgw.store import Store
-from tests.router.support import HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
+from tests.support.router import HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Hi."}]
 

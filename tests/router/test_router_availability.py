@@ -24,7 +24,8 @@ from llmgw.router import RouterSettings
 from llmgw.router.health import HealthChecker, classify
 from llmgw.router.table import EjectionPolicy, RoutingTable
 from llmgw.state import State
-from tests.router.support import FAST, HTTP, Engine, RunningRouter, StateFile, free_port, model, replica, wait_until
+from tests.support.net import free_port
+from tests.support.router import FAST, HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
 QUIET = RouterSettings(**{**FAST.__dict__, "health_interval": 3600.0})  # no active checks
 MESSAGES: list[Any] = [{"role": "user", "content": "hello"}]

@@ -14,7 +14,8 @@ import httpx
 import openai
 import pytest
 
-from tests.router.support import CLIENTS, HTTP, Engine, StateFile, free_port, model, replica, wait_until
+from tests.support.net import free_port
+from tests.support.router import CLIENTS, HTTP, Engine, StateFile, model, replica, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -74,14 +75,14 @@ def test_serve_routes_reloads_and_stops_on_sigterm(tmp_path: Path, engines: Call
 
 
 def test_serve_needs_a_state_outside_a_site(tmp_path: Path) -> None:
-    from tests.helpers import run_cli
+    from tests.support.cli import run_cli
 
     r = run_cli("-C", str(tmp_path), "router", "serve", "--listen", "127.0.0.1:0")
     assert r.exit_code == 2 and "no --state given and no site" in r.stderr
 
 
 def test_serve_refuses_a_bad_address(tmp_path: Path) -> None:
-    from tests.helpers import run_cli
+    from tests.support.cli import run_cli
 
     r = run_cli("router", "serve", "--state", str(tmp_path / "s.json"), "--listen", "nowhere:port",
                 "--store", f"sqlite:///{tmp_path}/s.sqlite")

@@ -13,7 +13,8 @@ import openai
 import pytest
 
 from llmgw.router import RouterSettings
-from tests.router.support import FAST, HTTP, Engine, RunningRouter, StateFile, free_port, model, replica, wait_until
+from tests.support.net import free_port
+from tests.support.router import FAST, HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
 pytestmark = pytest.mark.engine
 

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from tests.router.support import REPO
+from tests.support.router import REPO
 
 
 def _modules_after(statement: str) -> list[str]:

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from llmgw.router import RouterSettings
-from tests.router.support import FAST, HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
+from tests.support.router import FAST, HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
 pytestmark = pytest.mark.engine
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from llmgw.store import Store, open_store
-from tests.router.support import Engine, RunningRouter, StateFile, model, replica, wait_until
+from tests.support.router import Engine, RunningRouter, StateFile, model, replica, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.engine]
 

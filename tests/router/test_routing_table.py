@@ -11,7 +11,7 @@ from llmgw.router.quotas import GroupQuota
 from llmgw.router.server import parse_addr
 from llmgw.router.table import RoutingTable
 from llmgw.state import State
-from tests.router.support import model, replica
+from tests.support.router import model, replica
 
 
 def table(*states: str) -> RoutingTable:

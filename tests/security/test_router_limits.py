@@ -17,7 +17,7 @@ import pytest
 from llmgw.router import RouterSettings
 from llmgw.store import Store
 from tests.router.conftest import sqlite_store, start_router, state  # noqa: F401 - fixtures
-from tests.router.support import FAST, HTTP, RunningRouter, StateFile, model, wait_until
+from tests.support.router import FAST, HTTP, RunningRouter, StateFile, model, wait_until
 
 LIMITS = RouterSettings(**{**FAST.__dict__, "max_header_bytes": 8192, "max_headers": 50,
                            "header_timeout": 1.0, "body_timeout": 1.0, "keep_alive_timeout": 1.0,

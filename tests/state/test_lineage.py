@@ -9,7 +9,7 @@ from llmgw.errors import PlanError
 from llmgw.facts.model import HostFacts, Unit
 from llmgw.planner import make_plan
 from llmgw.state import State
-from tests.planner.build import cpu_profile, facts, host, inputs, model
+from tests.support.plan_inputs import cpu_profile, facts, host, inputs, model
 
 OURS = "lineage-ours"
 THEIRS = "lineage-theirs"

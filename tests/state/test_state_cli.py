@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.state import open_backend
-from tests.helpers import Result, run_cli
+from tests.support.cli import Result, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from llmgw.state import read_state, write_state
 from llmgw.views.downloads import parse_progress, progress_path
 from llmgw.weights.names import cache_name
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 from tests.views.test_logs import make_site
 
 

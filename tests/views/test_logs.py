@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from llmgw.state import Replica, Shard, State, write_state
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 
 def make_site(root: Path) -> None:

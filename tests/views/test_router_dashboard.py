@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,13 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.views.example import example_site
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.example_site import example_site
+from tests.support.net import free_port
 
 
 def test_router_serve_with_a_site_serves_the_dashboard(tmp_path: Path) -> None:

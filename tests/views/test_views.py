@@ -19,7 +19,7 @@ from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view, shard_text
 from llmgw.views.status import status_view
 from llmgw.views.text import bar_cells, duration
-from tests.views.example import CREATED, EXAMPLE, FIXTURES, NOW, example_site
+from tests.support.example_site import CREATED, EXAMPLE, FIXTURES, NOW, example_site
 
 NOT_READY = {"gpu-node-08", "a100-node-04"}  # cordoned, draining (inventory/hosts.yml)
 

@@ -13,8 +13,8 @@ import pytest
 
 from llmgw.cli import views_cmd
 from llmgw.views import status
-from tests.helpers import run_cli
-from tests.views.example import example_site
+from tests.support.cli import run_cli
+from tests.support.example_site import example_site
 
 
 @pytest.fixture(scope="module")

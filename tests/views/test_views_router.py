@@ -14,8 +14,8 @@ from llmgw.router import RouterServer, RouterSettings
 from llmgw.site import Site
 from llmgw.state import read_state, write_state
 from llmgw.store import open_store
-from tests.helpers import run_cli
-from tests.views.example import example_site
+from tests.support.cli import run_cli
+from tests.support.example_site import example_site
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 from llmgw.weights.gguf import GgufError, file_fetcher, http_fetcher, read_header
 from llmgw.weights.servable import EngineCaps, header_problems
 from llmgw.weights.sources import inspect_source, read_sources, write_source
-from tests.helpers import run_cli
-from tests.weights.gguf_files import engine_caps_path, tiny_model, write_gguf
+from tests.support.cli import run_cli
+from tests.support.gguf_files import engine_caps_path, tiny_model, write_gguf
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers import run_cli
-from tests.mirror import HfMirror
-from tests.weights.recording_server import recording_server
+from tests.support.cli import run_cli
+from tests.support.hf_mirror import HfMirror
+from tests.support.recording_server import recording_server
 
 HOSTS = """\
 all:

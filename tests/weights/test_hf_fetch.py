@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mirror import HfMirror
-from tests.weights.recording_server import recording_server
+from tests.support.hf_mirror import HfMirror
+from tests.support.recording_server import recording_server
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collections"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from huggingface_hub import snapshot_download
 
-from tests.mirror import HfMirror
+from tests.support.hf_mirror import HfMirror
 
 
 def _digest(path: Path) -> str:

@@ -12,7 +12,7 @@ from llmgw.facts.cache import read_facts, write_facts
 from llmgw.facts.model import Weights
 from llmgw.state import Replica, Shard, State, write_state
 from llmgw.weights.names import cache_name
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 OLD = "hf://org/retired/retired.gguf"

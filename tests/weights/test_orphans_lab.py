@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from llmgw.weights.names import cache_name
-from tests.helpers import run_cli
-from tests.labsite import Lab, lab
+from tests.support.cli import run_cli
+from tests.support.lab import Lab, lab
 
 pytestmark = pytest.mark.lab
 

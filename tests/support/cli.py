@@ -1,4 +1,4 @@
-"""Helpers every test area may import: `from tests.helpers import run_cli`."""
+"""Helpers every test area may import: `from tests.support.cli import run_cli`."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -50,12 +49,6 @@ FAST = RouterSettings(health_interval=0.3, health_timeout=1.0, state_poll_interv
                       key_refresh_interval=0.3, key_miss_refresh_interval=0.2, usage_flush_interval=0.2,
                       backoff_base=0.5, backoff_max=2.0, first_byte_timeout=30.0, chunk_gap_timeout=10.0,
                       activation_timeout=30.0, idle_check_interval=0.2, retry_after=1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(pred: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:

@@ -20,9 +20,9 @@ from pathlib import Path
 from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from llmgw.state import State, read_state
-from tests.helpers import Result, run_cli
+from tests.support.cli import Result, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 

@@ -8,7 +8,6 @@ tests/conftest.py does, once); lab tests start one on the lab network's gateway 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,10 +19,12 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "hf_mirror.py"
 sys.path.insert(0, str(SCRIPT.parent))
 import hf_mirror  # noqa: E402
+
+from tests.support.net import free_port  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,6 @@ class HfMirror:
 
     def file_names(self) -> list[str]:
         return sorted(p.name for p in self.files.iterdir() if p.is_file())
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def podman_gateway(network: str) -> str:

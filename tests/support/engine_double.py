@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from tests.router.support import free_port
+from tests.support.net import free_port
 
 _ids = itertools.count(1)
 
