@@ -1,5 +1,13 @@
 """YAML the way operators write it: round-trip (comments and order kept), with line numbers.
 
+Every file llmgw reads may come from an untrusted pull request (a GitOps site runs
+`catalog validate` and `plan` before anyone has read it), so reading is bounded: files
+over `MAX_FILE_BYTES` are refused unread, text must be UTF-8, and YAML is checked event
+by event (iteratively, before anything is built) for nesting deeper than `MAX_DEPTH`,
+for anchors and aliases that would expand past `MAX_NODES` (a "billion laughs"), and,
+where the caller asks for plain data, for tags such as `!!python/object`. Every refusal
+is a `FileError` naming the file and line, never a traceback.
+
 Every file llmgw writes goes through `atomic_write`: a temp file beside the target,
 fsync, rename, so a crash leaves the old file or the new one, never half of either.
 """
@@ -8,26 +16,75 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.comments import (
+    CommentedMap,
+    CommentedOrderedMap,
+    CommentedSeq,
+    CommentedSet,
+    TaggedScalar,
+)
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    NodeEvent,
+    ScalarEvent,
+)
 
 from llmgw.errors import LlmgwError
 
+MAX_FILE_BYTES = 8 * 1024 * 1024  # no catalog, site or facts file comes near this
+MAX_DEPTH = 64  # nesting levels of mappings and sequences
+MAX_NODES = 1_000_000  # values in a document with every alias expanded
 
-class YamlSyntaxError(LlmgwError):
-    """A YAML file that does not parse; carries file and line."""
 
-    def __init__(self, path: Path, line: int, problem: str) -> None:
-        super().__init__(f"{path}:{line}: {problem}", hint="fix the YAML syntax at that line")
+class FileError(LlmgwError):
+    """A file llmgw refuses to read as it is (too large, not UTF-8, not valid); carries file and line."""
+
+    def __init__(self, path: Path, line: int, problem: str, *, hint: str | None = None) -> None:
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"{where}: {problem}", hint=hint or "fix the file at that line")
         self.path = path
         self.line = line
         self.problem = problem
+
+
+class YamlSyntaxError(FileError):
+    """A YAML file that does not parse (or nests, expands or tags beyond what llmgw reads)."""
+
+    def __init__(self, path: Path, line: int, problem: str) -> None:
+        super().__init__(path, line, problem, hint="fix the YAML syntax at that line")
+
+
+def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """A UTF-8 text file of at most `max_bytes`; anything else is a FileError with the line."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise LlmgwError(f"cannot read {path}: {exc.strerror}") from None
+    return decode_text(data, path, max_bytes=max_bytes)
+
+
+def decode_text(data: bytes, path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> str:
+    if len(data) > max_bytes:
+        raise FileError(path, 0, f"is larger than {max_bytes // (1024 * 1024)} MiB; llmgw does not read files "
+                                 "this large", hint="replace the file with the one llmgw expects")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise FileError(path, line, f"is not UTF-8 text: byte 0x{data[exc.start]:02x} at column {column}",
+                        hint="save the file as UTF-8") from None
 
 
 def _yaml() -> YAML:
@@ -38,22 +95,166 @@ def _yaml() -> YAML:
     return y
 
 
-def load_yaml(path: Path) -> Any:
-    """Load a YAML file round-trip; syntax errors become YamlSyntaxError with the line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LlmgwError(f"cannot read {path}: {exc.strerror}") from None
-    return loads_yaml(text, path)
+def load_yaml(path: Path, *, plain: bool = False) -> Any:
+    """Load a YAML file round-trip; every problem is a FileError with the line (see `loads_yaml`)."""
+    return loads_yaml(read_text(path), path, plain=plain)
 
 
-def loads_yaml(text: str, path: Path) -> Any:
+def loads_yaml(text: str, path: Path, *, plain: bool = False) -> Any:
+    """Parse YAML round-trip, after checking its size, depth and alias expansion.
+
+    `plain`: the document must be plain data, so explicit tags (`!!python/object`,
+    `!vault`, `!!binary`) are refused. Files llmgw only edits (an inventory) keep theirs.
+    """
+    if len(text) > MAX_FILE_BYTES:
+        raise YamlSyntaxError(path, 0, f"is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; "
+                                       "llmgw does not read files this large")
+    _check_brackets(text, path)
     try:
-        return _yaml().load(text)
+        doc = _yaml().load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 0
         raise YamlSyntaxError(path, line, exc.problem or str(exc)) from None
+    except YAMLError as exc:  # e.g. a reader error: a character YAML does not allow
+        position = getattr(exc, "position", None)
+        line = text.count("\n", 0, position) + 1 if isinstance(position, int) else 0
+        raise YamlSyntaxError(path, line, str(exc).splitlines()[0]) from None
+    except RecursionError:  # block nesting deeper than the composer's recursion: find the line
+        _check_events(text, path, plain=plain)
+        raise YamlSyntaxError(path, 0, f"nests deeper than {MAX_DEPTH} levels; llmgw files are not that deep") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a tagged value that cannot be built (`!!int x`)
+        line = _check_events(text, path, plain=plain)
+        raise YamlSyntaxError(path, line, f"a value cannot be read: {exc}") from None
+    if _check_doc(doc, path, plain=plain) > MAX_NODES:
+        _check_events(text, path, plain=plain)  # finds the line of the alias that goes past it
+        raise YamlSyntaxError(path, 0, f"expands to more than {MAX_NODES:,} values through its aliases (*name); "
+                                       "write the values out or use fewer aliases")
+    return doc
+
+
+def _where(parent: Any, key: Any) -> int:
+    """The line of `parent[key]` in a round-trip document (0 if not known)."""
+    try:
+        if isinstance(parent, CommentedMap):
+            return int(parent.lc.key(key)[0]) + 1
+        if isinstance(parent, CommentedSeq):
+            return int(parent.lc.item(key)[0]) + 1
+    except (KeyError, IndexError, TypeError, AttributeError):
+        pass
+    return 0
+
+
+def _check_doc(doc: Any, path: Path, *, plain: bool) -> int:
+    """Check the depth and (if `plain`) tags of a loaded document, and return its size with
+    every alias expanded. Aliases make it a graph whose nodes are shared: each is sized once."""
+    best: dict[int, int] = {}  # id -> deepest depth it was reached at
+    stack: list[tuple[Any, int, Any, Any]] = [(doc, 0, None, None)]
+    while stack:
+        node, depth, parent, key = stack.pop()
+        if not isinstance(node, dict | list):
+            if plain and isinstance(node, TaggedScalar | bytes | CommentedSet):
+                raise YamlSyntaxError(path, _where(parent, key), "a tag (!...) is not allowed; llmgw reads plain "
+                                                                  "data (remove the tag)")
+            continue
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise YamlSyntaxError(path, _where(parent, key), f"nests deeper than {MAX_DEPTH} levels; llmgw files "
+                                                             "are not that deep")
+        if best.get(id(node), 0) >= depth:
+            continue
+        best[id(node)] = depth
+        if plain:
+            tag = getattr(getattr(node, "tag", None), "value", None)
+            if tag is not None or isinstance(node, CommentedOrderedMap):
+                raise YamlSyntaxError(path, _where(parent, key), f"the tag {tag or '!!omap'} is not allowed; "
+                                                                 "llmgw reads plain data (remove the tag)")
+        if isinstance(node, dict):
+            stack.extend((v, depth, node, k) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, depth, node, i) for i, v in enumerate(node))
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:  # recursion is bounded: the depth was checked above
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            return 1
+        if id(node) not in sizes:
+            sizes[id(node)] = 1 + sum(size(c) for c in children)
+        return sizes[id(node)]
+
+    return size(doc)
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _check_brackets(text: str, path: Path) -> None:
+    """Refuse deep flow nesting (`[[[[...`) before the parser sees it: YAML's scanner keeps
+    state per open bracket and slows down quadratically with their number. Brackets in
+    quoted strings count too, which no llmgw file needs this many of."""
+    depth = 0
+    for m in _BRACKETS.finditer(text):
+        depth = depth + 1 if m.group() in "[{" else max(0, depth - 1)
+        if depth > MAX_DEPTH:
+            line = text.count("\n", 0, m.start()) + 1
+            raise YamlSyntaxError(path, line, f"nests deeper than {MAX_DEPTH} levels; llmgw files are not that deep")
+
+
+def _check_events(text: str, path: Path, *, plain: bool) -> int:
+    """Walk the parser's events (no recursion, nothing built): refuse what `loads_yaml` promises
+    to refuse. Returns the line of the first explicit tag (0 if none) for later errors."""
+    depth = 0
+    expanded = 0
+    open_sizes: list[tuple[int, str | None]] = []  # per open collection: nodes so far, its anchor
+    sizes: dict[str, int] = {}  # anchor -> nodes it stands for
+    first_tag = 0
+    for event in _yaml().parse(text):
+        line = event.start_mark.line + 1 if event.start_mark is not None else 0
+        if isinstance(event, NodeEvent) and not isinstance(event, AliasEvent):
+            tag = getattr(event, "ctag", None) or getattr(event, "tag", None)
+            if tag is not None and str(tag) != "!":
+                first_tag = first_tag or line
+                if plain:
+                    raise YamlSyntaxError(path, line, f"the tag {tag} is not allowed; llmgw reads plain data "
+                                                      "(remove the tag)")
+        size = 0
+        if isinstance(event, ScalarEvent):
+            size = 1
+            if event.anchor:
+                sizes[str(event.anchor)] = 1
+        elif isinstance(event, AliasEvent):
+            size = sizes.get(str(event.anchor), 1)
+        elif isinstance(event, CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise YamlSyntaxError(path, line, f"nests deeper than {MAX_DEPTH} levels; llmgw files are "
+                                                  "not that deep")
+            expanded += 1
+            open_sizes.append((1, str(event.anchor) if event.anchor else None))
+            continue
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
+            size, anchor = open_sizes.pop()
+            if anchor is not None:
+                sizes[anchor] = size
+            if open_sizes:
+                parent, parent_anchor = open_sizes[-1]
+                open_sizes[-1] = (parent + size, parent_anchor)
+            continue
+        else:
+            continue
+        expanded += size
+        if expanded > MAX_NODES:
+            raise YamlSyntaxError(path, line, f"expands to more than {MAX_NODES:,} values through its aliases "
+                                              "(*name); write the values out or use fewer aliases")
+        if open_sizes:
+            parent, parent_anchor = open_sizes[-1]
+            open_sizes[-1] = (parent + size, parent_anchor)
+    return first_tag
 
 
 def dumps_yaml(data: Any) -> str:

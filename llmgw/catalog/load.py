@@ -7,8 +7,8 @@ line, so an operator fixes a catalog in one pass rather than one error per run.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from llmgw.catalog.schema import Model
 from llmgw.errors import CatalogError, Problem
-from llmgw.yamlio import YamlSyntaxError, line_of, loads_yaml
+from llmgw.yamlio import MAX_FILE_BYTES, FileError, YamlSyntaxError, decode_text, line_of, loads_yaml
 
 _LEADING_FIELD = re.compile(r"^([a-z_]+): (.*)$", re.S)
 
@@ -29,6 +29,12 @@ class Located:
     file: str
     line: int
     index: int
+    # The line of each key cross-file checks may point at ("name", "aliases[0]",
+    # "fallbacks", "fallbacks[1]"); `line` (the model's first) where not known.
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def line_at(self, key: str) -> int:
+        return self.lines.get(key, self.line)
 
 
 class Catalog:
@@ -85,10 +91,13 @@ def _pydantic_problems(exc: ValidationError, doc: Any, rel: str, prefix: list[st
 def parse_file(path: Path, rel: str, text: str | None = None) -> tuple[list[Located], list[Problem]]:
     """One file's models, or its problems; `text` overrides the file's contents (for edits)."""
     try:
-        raw = path.read_text(encoding="utf-8") if text is None else text
-        doc = loads_yaml(raw, path)
+        raw = decode_text(_read_bytes(path), path) if text is None else text
+        # plain: a catalog is data, so YAML tags (`!!python/object`) are refused
+        doc = loads_yaml(raw, path, plain=True)
     except YamlSyntaxError as exc:
         return [], [Problem(rel, exc.line, "", f"not valid YAML: {exc.problem}")]
+    except FileError as exc:
+        return [], [Problem(rel, exc.line, "", exc.problem)]
     except OSError as exc:
         return [], [Problem(rel, 0, "", f"cannot be read: {exc.strerror}")]
     if doc is None:
@@ -112,35 +121,50 @@ def parse_file(path: Path, rel: str, text: str | None = None) -> tuple[list[Loca
         except ValidationError as exc:
             problems.extend(_pydantic_problems(exc, doc, rel, prefix=["models", i]))
             continue
-        located.append(Located(model, rel, line_of(doc, ["models", i]), i))
+        keys = ["name", "fallbacks", *(f"aliases[{j}]" for j in range(len(model.aliases))),
+                *(f"fallbacks[{j}]" for j in range(len(model.fallbacks)))]
+        lines = {k: line_of(doc, ["models", i, *_loc(k)]) for k in keys}
+        located.append(Located(model, rel, line_of(doc, ["models", i]), i, lines))
     return located, problems
+
+
+def _loc(key: str) -> list[str | int]:
+    """"aliases[2]" -> ["aliases", 2]."""
+    m = re.fullmatch(r"([a-z_]+)\[(\d+)\]", key)
+    return [m.group(1), int(m.group(2))] if m else [key]
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A catalog file's bytes, at most one byte past the size llmgw reads (so a huge file is refused unread)."""
+    with path.open("rb") as fh:
+        return fh.read(MAX_FILE_BYTES + 1)
 
 
 def cross_check(entries: list[Located]) -> list[Problem]:
     """Rules that span files: unique names and aliases, fallbacks that exist and do not loop."""
     problems: list[Problem] = []
-    owner: dict[str, Located] = {}
+    owner: dict[str, tuple[Located, str]] = {}
     for e in entries:
-        for kind, name in [("name", e.model.name)] + [("aliases", a) for a in e.model.aliases]:
+        for key, name in [("name", e.model.name)] + [(f"aliases[{j}]", a) for j, a in enumerate(e.model.aliases)]:
             if name in owner:
-                first = owner[name]
+                first, first_key = owner[name]
                 problems.append(Problem(
-                    e.file, e.line, f"models[{e.index}].{kind}",
+                    e.file, e.line_at(key), f"models[{e.index}].{key}",
                     f"{name!r} is already used by model {first.model.name!r} at "
-                    f"{first.file}:{first.line}; names and aliases must be unique across the catalog"))
+                    f"{first.file}:{first.line_at(first_key)}; names and aliases must be unique across the catalog"))
             else:
-                owner[name] = e
-    canonical = {n: o.model.name for n, o in owner.items()}
+                owner[name] = (e, key)
+    canonical = {n: o.model.name for n, (o, _) in owner.items()}
     for e in entries:
         for j, fb in enumerate(e.model.fallbacks):
             target = canonical.get(fb)
             if target is None:
                 problems.append(Problem(
-                    e.file, e.line, f"models[{e.index}].fallbacks[{j}]",
+                    e.file, e.line_at(f"fallbacks[{j}]"), f"models[{e.index}].fallbacks[{j}]",
                     f"{fb!r} is not a model in the catalog; add it or remove the fallback"))
             elif target == e.model.name:
                 problems.append(Problem(
-                    e.file, e.line, f"models[{e.index}].fallbacks[{j}]",
+                    e.file, e.line_at(f"fallbacks[{j}]"), f"models[{e.index}].fallbacks[{j}]",
                     f"{fb!r} is this model itself; a model cannot fall back to itself"))
     problems.extend(_cycles(entries, canonical))
     return problems
@@ -164,7 +188,7 @@ def _cycles(entries: list[Located], canonical: dict[str, str]) -> list[Problem]:
                     i = cycle.index(min(cycle))
                     ring = cycle[i:] + cycle[:i] + [min(cycle)]
                     problems.append(Problem(
-                        start.file, start.line, f"models[{start.index}].fallbacks",
+                        start.file, start.line_at("fallbacks"), f"models[{start.index}].fallbacks",
                         f"fallbacks form a loop: {' -> '.join(ring)}; break it by removing one"))
             elif len(path) < len(graph):
                 visit(nxt, [*path, nxt])

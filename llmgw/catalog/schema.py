@@ -2,17 +2,51 @@
 
 Unknown keys are refused everywhere: a typo (`min_memroy_gb`) must fail loudly
 rather than silently mean "no requirement".
+
+Catalog values are data. Anyone who may open a pull request edits the catalog, and
+its values travel to Ansible (as `!unsafe` extra vars) and into systemd units, so
+every free-text value (`Text`) refuses template syntax (`{{`, `{%`, `{#`) and control
+characters, and counts refuse booleans (`gpus: true` is not 1).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
+ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"  # what the engine role accepts (llmgw_engine's _llmgw_engine_env_re)
+_TEMPLATE = re.compile(r"\{[{%#]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_text(value: str) -> str:
+    """Refuse template syntax and control characters in a catalog value (see the module doc)."""
+    m = _TEMPLATE.search(value)
+    if m:
+        raise ValueError(f"contains template syntax {m.group()!r}; catalog values are data, never templates: "
+                         "remove it")
+    m = _CONTROL.search(value)
+    if m:
+        raise ValueError(f"contains the control character {m.group()!r}; catalog values are one line of "
+                         "printable text: remove it")
+    return value
+
+
+def _no_bool(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean, not a number; write a number")
+    return value
+
+
+Text = Annotated[str, AfterValidator(check_text)]
+EnvName = Annotated[str, Field(pattern=ENV_NAME_RE)]
+Count = Annotated[int, BeforeValidator(_no_bool)]
+Number = Annotated[float, BeforeValidator(_no_bool)]
 Engine = Literal["vllm", "sglang", "llamacpp"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "llamacpp")
 
@@ -46,9 +80,9 @@ class Scaling(BaseModel):
     """How many replicas; min 0 means on demand (started by the first request)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    min: Annotated[int, Field(ge=0, le=10_000)] = 1
+    min: Annotated[Count, Field(ge=0, le=10_000)] = 1
     # An omitted max follows min: a catalog that says `min: 2` means exactly two.
-    max: Annotated[int | None, Field(ge=0, le=10_000)] = None
+    max: Annotated[Count | None, Field(ge=0, le=10_000)] = None
     idle_timeout: int = 1800
 
     @field_validator("idle_timeout", mode="before")
@@ -76,13 +110,13 @@ class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Name
     engine: Engine
-    gpus: Annotated[int, Field(ge=0, le=64)] = 0  # per shard
-    nodes: Annotated[int, Field(ge=1, le=1024)] = 1  # shards; > 1 spans nodes on one fabric
-    gpu_class: str | None = None
-    min_memory_gb: Annotated[float, Field(ge=0)] = 0
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    gpus: Annotated[Count, Field(ge=0, le=64)] = 0  # per shard
+    nodes: Annotated[Count, Field(ge=1, le=1024)] = 1  # shards; > 1 spans nodes on one fabric
+    gpu_class: Text | None = None
+    min_memory_gb: Annotated[Number, Field(ge=0, allow_inf_nan=False)] = 0
+    node_selector: dict[Text, Text] = Field(default_factory=dict)
+    args: list[Text] = Field(default_factory=list)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _multi_node_needs_gpus(self) -> Profile:
@@ -100,7 +134,7 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Name
     aliases: list[Name] = Field(default_factory=list)
-    source: Annotated[str, Field(min_length=1)]
+    source: Annotated[Text, Field(min_length=1)]
     # Whole Hugging Face repositories (hf://org/repo[@revision]) only: which files of the
     # snapshot to fetch (huggingface_hub's allow/ignore patterns, fnmatch style).
     include: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]/-]{1,200}$")]] = Field(default_factory=list)
@@ -115,10 +149,21 @@ class Model(BaseModel):
     @field_validator("source")
     @classmethod
     def _known_scheme(cls, v: str) -> str:
-        if not re.match(r"^(hf|https?|file)://.+", v):
+        if not re.match(r"^(hf|https?|file)://.+", v) or re.search(r"\s", v):
             raise ValueError(
                 f"{v!r} is not a source llmgw can fetch; use hf://org/repo/file, "
-                "https://host/path or file:///absolute/path")
+                "https://host/path or file:///absolute/path (no spaces)")
+        try:
+            parts = urlsplit(v)
+            port = parts.port  # parsing the port is what finds a bad one
+        except ValueError as exc:
+            raise ValueError(f"{v!r} is not a valid URL ({exc}); check the host and port") from None
+        if parts.scheme in ("http", "https") and not parts.hostname:
+            raise ValueError(f"{v!r} names no host; write https://host/path")
+        if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
+            raise ValueError(f"{v!r}: a file source is file:///absolute/path (three slashes, no host)")
+        if port == 0:
+            raise ValueError(f"{v!r}: port 0 is not a port")
         return v
 
     @model_validator(mode="after")

@@ -180,6 +180,7 @@ def test_names_and_aliases_unique_across_files(site: MakeSite) -> None:
     assert code == 1
     assert "catalog/b.yaml:2: models[0].name: 'coder' is already used by model 'coder' at catalog/a.yaml:2" in out
     assert "'code' is already used by model 'coder'" in out
+    assert "catalog/b.yaml:6: models[1].aliases[0]: 'code'" in out  # the alias's own line
     assert "'small' is already used by model 'small'" in out
     assert "3 problems" in out
 
@@ -245,7 +246,7 @@ def test_every_problem_reported_at_once_across_files(site: MakeSite) -> None:
     assert code == 1
     assert "3 problems" in out
     assert "catalog/one.yaml:4: models[0].scaling.max" in out
-    assert "catalog/one.yaml:6: models[1].fallbacks[0]" in out
+    assert "catalog/one.yaml:8: models[1].fallbacks[0]" in out  # the line of the fallback, not of the model
     assert "catalog/sub/two.yml:4: models[0].profiles[0].gpuz" in out
 
 
