@@ -2,7 +2,7 @@
 
 `llmgw -C SITE router serve --activator llmgw.router.activator:factory` gives the
 router a way to start a min-0 model on its first request: the activator plans one
-replica more (llmgw.apply.ondemand), carries it out with the Applier (weights, units,
+replica more (llmgw.apply.on_demand_plans), carries it out with the Applier (weights, units,
 health, `ready` recorded and delivered to every router), and stops an idle one the
 same way (drained first). It needs what apply needs: the site (catalog, inventory,
 facts) and the state file the router serves, so it runs beside the site, on the
@@ -20,12 +20,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from llmgw.apply.ondemand import activation_plan, deactivation_plan
-from llmgw.apply.site import applier_for
+from llmgw.apply.on_demand_plans import activation_plan, deactivation_plan
+from llmgw.apply.wiring import applier_for
 from llmgw.errors import SiteError
 from llmgw.planner.load import load_inputs
 from llmgw.site import Site
-from llmgw.state import read_state, state_lock
+from llmgw.state import WriteMeta, backend_for
 
 log = logging.getLogger("llmgw.router.activator")
 
@@ -42,18 +42,22 @@ class ApplyActivator:
         log.info("%s", line)
 
     def _activate(self, model: str) -> None:
-        with state_lock(self.site.state_file):
+        # The site's state lock (a file's flock, or PostgreSQL's lease): activations and
+        # operators' applies take turns, whichever backend holds the state.
+        with backend_for(self.site) as backend, backend.lock("activate"):
             plan = activation_plan(load_inputs(self.site), model)
             if plan is None:
                 return
-            applier_for(self.site, plan, grace=self.grace, say=self._say, engines_playbook="activate.yml").run()
+            applier_for(self.site, plan, grace=self.grace, say=self._say, engines_playbook="activate.yml",
+                        backend=backend, meta=WriteMeta("activate")).run()
 
     def _deactivate(self, replica_id: str) -> None:
-        with state_lock(self.site.state_file):
-            plan = deactivation_plan(read_state(self.site.state_file), replica_id)
+        with backend_for(self.site) as backend, backend.lock("deactivate"):
+            plan = deactivation_plan(backend.read(), replica_id)
             if plan is None:
                 return
-            applier_for(self.site, plan, grace=self.grace, say=self._say, engines_playbook="activate.yml").run()
+            applier_for(self.site, plan, grace=self.grace, say=self._say, engines_playbook="activate.yml",
+                        backend=backend, meta=WriteMeta("deactivate")).run()
 
     async def activate(self, model: str) -> None:
         async with self._lock:
