@@ -267,9 +267,18 @@ class Call:
         endpoint = self.endpoint
         if self.pin is not None:
             replica = table.replicas[self.pin.replica]
+            if entry.name != self.pin.model:
+                raise RouterError(400, f"response '{self.response_id or self.req.get('previous_response_id')}' "
+                                       f"was produced by model `{self.pin.model}`, whose replica alone keeps it: "
+                                       f"continue it with that model, not `{entry.name}`", param="model",
+                                  code="model_mismatch")
             if not _serves(replica, endpoint):
                 raise self.not_served(entry, [replica.record.engine])
-            return _Restricted([ModelEntry(entry.record.model_copy(update={"fallbacks": []}), [replica])])
+            # That replica alone: no fallbacks, and never an on-demand start of another one.
+            record = entry.record
+            alone = record.model_copy(update={"fallbacks": [], "scaling": record.scaling.model_copy(
+                update={"min": max(1, record.scaling.min)})})
+            return _Restricted([ModelEntry(alone, [replica])])
         views = _views.get(table)
         if views is None:
             views = _views[table] = {}

@@ -253,8 +253,10 @@ def test_responses_by_id_follow_the_replica_that_produced_them(
     """Three doubles serve one model: a follow-up, a GET and a cancel of a response go to
     the double that produced it (which alone keeps it); an unknown id, a DELETE (no engine
     declares one) and a response whose replica left get clear errors."""
-    ds = [doubles(f"d{i}", "agent") for i in range(3)]
-    state.write([model("agent")], [double_replica(f"agent-{i}", "agent", d) for i, d in enumerate(ds)])
+    ds = [doubles(f"d{i}", "agent", "other") for i in range(3)]
+    state.write([model("agent"), model("other")],
+                [double_replica(f"agent-{i}", "agent", d) for i, d in enumerate(ds)]
+                + [double_replica("other-0", "other", ds[0])])
     router = start_router(state.path)
     client = router.client(api_key)
     first = client.responses.create(model="agent", input="hello")
@@ -267,6 +269,9 @@ def test_responses_by_id_follow_the_replica_that_produced_them(
     assert all(d.seen == [] for d in ds if d is not owner)
     assert owner.paths()[-2:] == [f"GET /v1/responses/{first.id}", f"POST /v1/responses/{first.id}/cancel"]
 
+    with pytest.raises(openai.BadRequestError) as other_model:
+        client.responses.create(model="other", input="x", previous_response_id=first.id)
+    assert other_model.value.code == "model_mismatch" and "`agent`" in other_model.value.message
     with pytest.raises(openai.NotFoundError) as unknown:
         client.responses.create(model="agent", input="x", previous_response_id="resp_never")
     assert unknown.value.code == "previous_response_not_found"
