@@ -85,7 +85,7 @@ def multipart_boundary(content_type: str | None) -> bytes:
     return m.group(1).encode("latin-1")
 
 
-def find_field(buf: bytes, boundary: bytes, field: str) -> tuple[int, int] | bool:
+def find_field(buf: bytes | bytearray, boundary: bytes, field: str) -> tuple[int, int] | bool:
     """Where `field`'s value lies in the front of a multipart body: (start, end).
 
     False when the body's end was reached without it, True when more is needed.
@@ -211,7 +211,7 @@ class Call:
             raise RouterError(413, f"request body is {self._length} bytes; the limit is {limit}",
                               code="request_too_large")
         self._limit = limit
-        buf = b""
+        buf = bytearray()  # grows in place: a model field after a large file costs no copies
         more = True
         while True:
             found = find_field(buf, self._boundary, "model")
@@ -234,7 +234,7 @@ class Call:
             self.model = ""
         if not self.model:
             raise RouterError(400, "you must provide a model parameter", param="model", code="missing_model")
-        self.raw, self._field, self._more = buf, (start, end), more
+        self.raw, self._field, self._more = bytes(buf), (start, end), more
         self.req = {"model": self.model}
         if not more:
             self._uploaded.set()

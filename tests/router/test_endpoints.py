@@ -63,8 +63,10 @@ def pair(doubles: Callable[..., EngineDouble], state: StateFile, start_router: C
     return w, r, router
 
 
-def _post(router: RunningRouter, key: str, path: str, **kw: object) -> httpx.Response:
-    return HTTP.post(router.base_url + path, headers={"Authorization": f"Bearer {key}"}, **kw)  # type: ignore[arg-type]
+def _post(router: RunningRouter, key: str, path: str, headers: dict[str, str] | None = None,
+          **kw: object) -> httpx.Response:
+    return HTTP.post(router.base_url + path, headers={"Authorization": f"Bearer {key}", **(headers or {})},
+                     **kw)  # type: ignore[arg-type]
 
 
 # -- the declaration and its documentation -----------------------------------------------
@@ -189,11 +191,22 @@ def test_multipart_transcription_routed_by_model_and_streamed(
     translated = _post(router, api_key, "/v1/audio/translations", data={"model": "whisper"},
                        files={"file": ("talk.wav", audio[:1000], "audio/wav")})
     assert translated.json()["text"] == "w heard 1000 bytes of talk.wav for whisper"
+    # A form whose `model` comes after the file: the front is read up to it (bounded), the
+    # alias rewritten, and the Content-Length the engine gets adjusted to match.
+    boundary = "zz"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"late.wav\"\r\n"
+            f"Content-Type: audio/wav\r\n\r\n").encode() + audio[:300_000] + (
+            f"\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nasr\r\n"
+            f"--{boundary}--\r\n").encode()
+    late = _post(router, api_key, "/v1/audio/transcriptions", content=form,
+                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert late.status_code == 200 and late.json()["text"] == "w heard 300000 bytes of late.wav for whisper"
     assert [(s.path, s.model) for s in w.seen] == [("/v1/audio/transcriptions", "whisper"),
-                                                   ("/v1/audio/translations", "whisper")]
+                                                   ("/v1/audio/translations", "whisper"),
+                                                   ("/v1/audio/transcriptions", "whisper")]
     assert w.seen[0].upload_bytes == len(audio) and w.seen[0].upload_chunks > 1  # it arrived as a stream
     assert r.seen == []
-    assert router.admin("/api/v1/usage")["keys"][0]["requests"] == 2
+    assert router.admin("/api/v1/usage")["keys"][0]["requests"] == 3
 
 
 def test_multipart_without_model_or_with_a_model_that_has_no_audio(
