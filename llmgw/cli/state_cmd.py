@@ -49,8 +49,8 @@ def list_cmd(app: AppContext, as_json: bool) -> None:
     if not records:
         click.echo(f"The state at {where} is empty: nothing was applied yet.")
         return
-    rows = [[str(r.serial), _when(r.written_at), r.author, r.operation, r.plan or "-", (r.git_commit or "-")[:14],
-             r.lineage[:8]] for r in records]
+    rows = [[str(r.serial), _when(r.written_at), r.author or "-", r.operation, r.plan or "-",
+             (r.git_commit or "-")[:14], r.lineage[:8]] for r in records]
     output.console.print(output.table(["SERIAL", "WRITTEN", "AUTHOR", "OPERATION", "PLAN", "COMMIT", "LINEAGE"],
                                       rows))
 

@@ -210,15 +210,18 @@ def models_text(view: dict[str, Any], con: Console) -> None:
 @pass_app
 def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str, ...], no_router: bool) -> None:
     """The fleet at a glance: GPU capacity, free nodes per fabric, counts, what cannot be placed."""
+    from llmgw.state.summary import site_state_summary, summary_line
     from llmgw.views import load_site_data
     from llmgw.views.status import status_view
 
     data = load_site_data(app.site)
     view = status_view(data, get_runtime(routers, no_router), datetime.now(UTC), idle_after=idle_after)
+    view["state"] = site_state_summary(app.site)
     if as_json:
         output.print_json(view)
     else:
         status_text(view, _console())
+        click.echo(summary_line(view["state"]))
 
 @click.command("models")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

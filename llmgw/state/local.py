@@ -171,5 +171,6 @@ class LocalBackend(StateBackend):
             written = datetime.fromtimestamp(self.path.stat().st_mtime, UTC).replace(microsecond=0)
         except OSError:
             written = None
-        return [SerialRecord(serial=current.serial, lineage=current.lineage, author="(not recorded in a local file)",
+        # A local file records no author, operation or older serials (PostgreSQL does).
+        return [SerialRecord(serial=current.serial, lineage=current.lineage, author="",
                              written_at=written, operation="?")]

@@ -161,3 +161,16 @@ def test_lock_info_and_unlock_of_a_dead_holder(sites: tuple[Path, Path], pg_stat
             assert json.loads(ok(a, "state", "lock-info", "--json").stdout)["lock"] is None
         finally:
             held.__exit__(None, None, None)
+
+
+def test_status_shows_serial_author_and_lock_holder(sites: tuple[Path, Path], pg_state: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    a, _b = sites
+    monkeypatch.setenv("LLMGW_AUTHOR", "carol@bastion")
+    ok(a, "apply", "--auto-approve")
+    with open_backend(pg_state, root=a) as other, other.lock("apply") as held:
+        view = json.loads(ok(a, "status", "--json", "--no-router").stdout)["state"]
+        assert view["serial"] == 1 and view["written_by"] == "carol@bastion" and view["operation"] == "apply"
+        assert view["lock"]["id"] == held.id and view["lock"]["holder"] == held.holder
+        line = ok(a, "status", "--no-router").stdout
+        assert "State: serial 1, written by carol@bastion" in line and f"lock id {held.id}" in line
