@@ -40,6 +40,7 @@ from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import Activator, OnDemand
 from llmgw.router.openai_errors import RouterError, error_payload, send_error
 from llmgw.router.proxy import Proxy
+from llmgw.router.quotas import Quotas
 from llmgw.router.responses import ResponseAffinity
 from llmgw.router.settings import RouterSettings
 from llmgw.router.statewatch import StateWatcher
@@ -73,8 +74,9 @@ class Router:
         self.ondemand = OnDemand(activator, settings, lambda: self.table, lambda: self._changed,
                                  self.watcher.poke)
         self.health = HealthChecker(session, lambda: self.table, settings, self.notify)
+        self.quotas = Quotas(store, self.recorder, self.clock, settings)
         self.proxy = Proxy(settings=settings, session=session, table=lambda: self.table, metrics=self.metrics,
-                           recorder=self.recorder, clock=self.clock, ondemand=self.ondemand)
+                           recorder=self.recorder, clock=self.clock, ondemand=self.ondemand, quotas=self.quotas)
         self.responses = ResponseAffinity()  # which replica produced each Responses API id
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -43,6 +43,7 @@ from llmgw.router.calls import Call, read_body
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
+from llmgw.router.quotas import Quotas
 from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner
 from llmgw.router.table import EjectionPolicy, ModelEntry, ReplicaRuntime, RoutingTable
@@ -196,7 +197,7 @@ def _tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
 class Proxy:
     def __init__(self, *, settings: RouterSettings, session: aiohttp.ClientSession,
                  table: Callable[[], RoutingTable], metrics: RouterMetrics, recorder: UsageRecorder,
-                 clock: Clock, ondemand: OnDemand) -> None:
+                 clock: Clock, ondemand: OnDemand, quotas: Quotas) -> None:
         self.settings = settings
         self.session = session
         self.table = table
@@ -204,6 +205,7 @@ class Proxy:
         self.recorder = recorder
         self.clock = clock
         self.ondemand = ondemand
+        self.quotas = quotas
         self.flights: set[Flight] = set()
         self.policy = EjectionPolicy(threshold=settings.eject_after_failures, max_share=settings.max_ejected_share,
                                      base=settings.backoff_base, cap=settings.backoff_max)
@@ -221,6 +223,7 @@ class Proxy:
         status = 500
         flight = Flight(asyncio.current_task(), call.receive_after_upload, time.monotonic(), call)
         path, usage_capable = call.path, call.endpoint.inject_usage
+        reservation: str | None = None  # quota tokens held for this request (quotas.py)
         try:
             if call.endpoint.body == "json":
                 body = await read_body(scope, receive, self.settings.max_body_bytes)
@@ -240,7 +243,7 @@ class Proxy:
                                   code="model_not_found", param="model")
             label = entry.name
             table = call.restrict(table, entry)
-            self._admit(principal)
+            reservation = await self.quotas.admit(principal, req, len(body), path)
             status = await self._route(table, entry, req, body, path, usage_capable, principal,
                                        send, started, flight)
         except RouterError as err:
@@ -259,6 +262,7 @@ class Proxy:
             flight.absorb()
             status = _CLIENT_CLOSED
         finally:
+            self.quotas.release(reservation)  # after its usage was recorded: settled together
             flight.done = True
             self.flights.discard(flight)
             if flight.watcher is not None:
@@ -277,19 +281,6 @@ class Proxy:
                 f.cancel("timeout")
             elif f.watcher is None and not f.done and now - f.started >= WATCH_AFTER:
                 f.watcher = asyncio.create_task(f.watch())
-
-    def _admit(self, principal: Principal) -> None:
-        now = time.time()
-        minute = int(now // 60)
-        if principal.quotas:
-            day = self.clock.day(now)
-            for q in principal.quotas:
-                refusal = q.refusal(now, day)
-                if refusal is not None:
-                    raise refusal
-            for q in principal.quotas:
-                q.add_request(minute)
-        self.recorder.count_request(principal.key_id, minute)
 
     async def _route(self, table: RoutingTable, entry: ModelEntry, req: dict[str, Any], raw: bytes,
                      path: str, usage_capable: bool, principal: Principal, send: Send,
@@ -492,7 +483,5 @@ class Proxy:
         total = prompt + completion
         if total:
             self.metrics.tokens_used(model, prompt, completion)
-            for q in principal.quotas:
-                q.add_tokens(day, total)
 
 

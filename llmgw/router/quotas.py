@@ -1,102 +1,128 @@
-"""Group quotas: requests per minute and tokens per day, checked without the store.
+"""Group quotas: requests per minute and tokens per day, admitted in the store.
 
-Each group with a limit has one `GroupQuota` holding three layers of counts: what the
-store said at the last sync (every router's flushed counts), what this router is
-writing right now, and what it counted since. The sum is the group's usage as far as
-this router can know it, at most one flush interval behind the other routers.
+A request of a key under any limited group is admitted by the store in one
+transaction, serialised per group across every router on that store (store/sql.py
+`admit`): it checks each limited group in the key's chain, counts the request in its
+minute, and for token limits reserves what the request may cost. The reservation is
+released with the request's real usage in the next usage flush (usage.py), in the same
+transaction that adds the usage, so a group's tokens are always used + reserved.
+
+What a request may cost: its prompt, reserved as one token per `prompt_bytes_per_token`
+body bytes (a token is at least one byte of text), plus its completion budget
+(`max_tokens`, `max_completion_tokens` or `max_output_tokens`, else
+`default_max_tokens`; none for embeddings) times `n` choices. A token limit refuses once
+used + reserved reaches it: the last request admitted may pass the limit by at most its
+own tokens, however many routers and concurrent requests there are.
 
 Requests per minute use a sliding-window estimate over clock minutes (the current
 minute's count plus the previous minute's, weighted by how much of it is still inside
-the window), which needs only two counters per group and no per-request timestamps.
-Tokens are counted when a response reports its usage, so the request that crosses a
-daily limit completes and the next one is refused.
+the window). Keys under no limit never wait for the store.
+
+When the store cannot be reached, a limited key's request is refused (503): a limit an
+operator set is not waived by an outage.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
 from llmgw.router.openai_errors import RouterError
+from llmgw.router.settings import RouterSettings
+from llmgw.store import GroupLimit, Refusal, Store
+
+if TYPE_CHECKING:
+    from llmgw.router.auth import Principal
+    from llmgw.router.usage import Clock, UsageRecorder
+
+log = logging.getLogger("llmgw.router")
+
+# Request fields that bound a completion's length, by API (chat, completions, responses).
+_BUDGET_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
+_MAX_CHOICES = 128  # `n` beyond this is the engine's to refuse; the reservation stops growing
 
 
 class GroupQuota:
-    __slots__ = ("_flushing_minutes", "_flushing_tokens", "_pending_minutes", "_pending_tokens",
-                 "_shared_day", "_shared_minutes", "_shared_tokens", "name", "rpm", "tokens_per_day")
+    """A group's limits (None: unlimited at this level)."""
+
+    __slots__ = ("name", "rpm", "tokens_per_day")
 
     def __init__(self, name: str, rpm: int | None, tokens_per_day: int | None) -> None:
         self.name = name
         self.rpm = rpm
         self.tokens_per_day = tokens_per_day
-        self._shared_minutes: dict[int, int] = {}
-        self._pending_minutes: dict[int, int] = {}
-        self._flushing_minutes: dict[int, int] = {}
-        self._shared_day = ""
-        self._shared_tokens = 0
-        self._pending_tokens: dict[str, int] = {}
-        self._flushing_tokens: dict[str, int] = {}
 
     @property
     def limited(self) -> bool:
         return self.rpm is not None or self.tokens_per_day is not None
 
-    def _minute(self, minute: int) -> int:
-        return (self._shared_minutes.get(minute, 0) + self._flushing_minutes.get(minute, 0)
-                + self._pending_minutes.get(minute, 0))
+    def limit(self) -> GroupLimit:
+        return GroupLimit(self.name, self.rpm, self.tokens_per_day)
 
-    def requests_in_window(self, now: float) -> float:
-        minute = int(now // 60)
-        inside = 1.0 - (now - minute * 60) / 60.0
-        return self._minute(minute) + self._minute(minute - 1) * inside
 
-    def tokens_on(self, day: str) -> int:
-        shared = self._shared_tokens if self._shared_day == day else 0
-        return shared + self._flushing_tokens.get(day, 0) + self._pending_tokens.get(day, 0)
+def reservation(req: dict[str, Any], body_bytes: int, path: str, settings: RouterSettings) -> int:
+    """The most tokens this request may cost: prompt (by body size) plus completion budget."""
+    prompt = math.ceil(body_bytes / max(settings.prompt_bytes_per_token, 1e-9))
+    if path.endswith("/embeddings"):
+        return prompt
+    budget = next((v for v in (req.get(f) for f in _BUDGET_FIELDS)
+                   if isinstance(v, int) and not isinstance(v, bool) and v > 0), settings.default_max_tokens)
+    n = req.get("n")
+    choices = min(n, _MAX_CHOICES) if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+    return prompt + budget * choices
 
-    def refusal(self, now: float, day: str) -> RouterError | None:
-        """A 429 if one more request now would exceed a limit, else None."""
-        if self.rpm is not None and self.requests_in_window(now) + 1 > self.rpm:
-            wait = max(1, 60 - int(now % 60))
-            return RouterError(429, f"rate limit reached for group {self.name!r}: "
-                                    f"{self.rpm} requests per minute",
-                               code="rate_limit_exceeded", headers={"Retry-After": str(wait)})
-        if self.tokens_per_day is not None and self.tokens_on(day) >= self.tokens_per_day:
-            wait = max(1, 86400 - int(now % 86400))
-            return RouterError(429, f"token quota reached for group {self.name!r}: "
-                                    f"{self.tokens_per_day} tokens per day (UTC)",
-                               code="insufficient_quota", headers={"Retry-After": str(wait)})
-        return None
 
-    def add_request(self, minute: int) -> None:
-        self._pending_minutes[minute] = self._pending_minutes.get(minute, 0) + 1
+def refusal_error(refusal: Refusal, now: float) -> RouterError:
+    if refusal.what == "rpm":
+        wait = max(1, 60 - int(now % 60))
+        return RouterError(429, f"rate limit reached for group {refusal.group!r}: {refusal.limit} requests per minute",
+                           code="rate_limit_exceeded", headers={"Retry-After": str(wait)})
+    wait = max(1, 86400 - int(now % 86400))
+    return RouterError(429, f"token quota reached for group {refusal.group!r}: {refusal.limit} tokens per day (UTC)",
+                       code="insufficient_quota", headers={"Retry-After": str(wait)})
 
-    def add_tokens(self, day: str, tokens: int) -> None:
-        self._pending_tokens[day] = self._pending_tokens.get(day, 0) + tokens
 
-    # -- sync with the store (the usage loop calls these, never a request) ---------------
-    def begin_flush(self) -> None:
-        """What was pending is being written now; new counts go to a fresh pending layer."""
-        for m, n in self._pending_minutes.items():
-            self._flushing_minutes[m] = self._flushing_minutes.get(m, 0) + n
-        for d, n in self._pending_tokens.items():
-            self._flushing_tokens[d] = self._flushing_tokens.get(d, 0) + n
-        self._pending_minutes = {}
-        self._pending_tokens = {}
+class Quotas:
+    """Admission (before a request is routed) and release (when it is done)."""
 
-    def abort_flush(self) -> None:
-        """The write failed: the counts are pending again, to be written next time."""
-        for m, n in self._flushing_minutes.items():
-            self._pending_minutes[m] = self._pending_minutes.get(m, 0) + n
-        for d, n in self._flushing_tokens.items():
-            self._pending_tokens[d] = self._pending_tokens.get(d, 0) + n
-        self._flushing_minutes = {}
-        self._flushing_tokens = {}
+    def __init__(self, store: Store, recorder: UsageRecorder, clock: Clock, settings: RouterSettings) -> None:
+        self.store = store
+        self.recorder = recorder
+        self.clock = clock
+        self.settings = settings
 
-    def end_flush(self, minutes: dict[int, int], day: str, tokens: int, current_minute: int) -> None:
-        """The store's totals, which now include what was being written."""
-        self._shared_minutes = minutes
-        self._shared_day = day
-        self._shared_tokens = tokens
-        self._flushing_minutes = {}
-        self._flushing_tokens = {}
-        for m in [m for m in self._pending_minutes if m < current_minute - 1]:
-            del self._pending_minutes[m]
-        for d in [d for d in self._pending_tokens if d < day]:
-            del self._pending_tokens[d]
+    async def admit(self, principal: Principal, req: dict[str, Any], body_bytes: int, path: str) -> str | None:
+        """Admit the request or raise 429 (503 if the store is down); returns the
+        reservation to hand to `release` when the request is done, if one was made."""
+        now = time.time()
+        if not principal.quotas:
+            self.recorder.count_request(principal.key_id, int(now // 60))
+            return None
+        rid = secrets.token_hex(12)
+        limits = [q.limit() for q in principal.quotas]
+        # This router's unwritten usage goes first, in the same transaction: a request of
+        # this key that just finished must not still count as reserved.
+        batch = self.recorder.take()
+        try:
+            refusal = await asyncio.to_thread(
+                self.store.admit, principal.key_id, limits, now=now, day=self.clock.day(now),
+                reserve=reservation(req, body_bytes, path, self.settings), reservation_id=rid,
+                expires_at=now + self.settings.reservation_ttl, usage=batch)
+        except Exception as exc:
+            self.recorder.restore(*batch)
+            log.warning("cannot check quotas in the store: %s", exc)
+            raise RouterError(503, "the router cannot check this key's quota right now; try again shortly",
+                              code="quota_unavailable",
+                              headers={"Retry-After": str(self.settings.retry_after)}) from None
+        if refusal is not None:
+            raise refusal_error(refusal, now)
+        return rid if any(g.tokens_per_day is not None for g in limits) else None
+
+    def release(self, reservation_id: str | None) -> None:
+        """The request is done (its usage, if any, was recorded): settle at the next flush."""
+        if reservation_id is not None:
+            self.recorder.release(reservation_id)

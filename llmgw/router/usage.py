@@ -1,9 +1,13 @@
 """Usage accounting: counted in memory per request, written to the store in batches.
 
 A request adds to two small dicts (requests per key and minute; requests and tokens
-per key, day and model). Once a second the loop swaps them out, writes them in one
-transaction from a worker thread, then reads back the store's totals for today and
-the last two minutes, so each group's quota sees every router's counts.
+per key, day and model). Once a second the loop swaps them out and writes them in one
+transaction from a worker thread, together with the token reservations of the requests
+they settle (quotas.py). Requests of keys under a limit are counted in their minute by
+the store at admission, so they are not counted here again.
+
+On SIGTERM the router writes what is left before it exits (app.py `Router.stop`);
+killed outright, it loses at most one flush interval of counts.
 """
 
 from __future__ import annotations
@@ -11,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 
 from llmgw.router.auth import KeyCache
-from llmgw.store import MinuteCount, Store, UsageDelta, UsageRow
+from llmgw.store import MinuteCount, Store, UsageDelta
 
 log = logging.getLogger("llmgw.router")
 
@@ -38,6 +41,10 @@ class UsageRecorder:
     def __init__(self) -> None:
         self.usage: dict[tuple[str, str, str], list[int]] = {}
         self.minutes: dict[tuple[str, int], int] = {}
+        self.released: list[str] = []  # reservations whose requests are done
+
+    def release(self, reservation_id: str) -> None:
+        self.released.append(reservation_id)
 
     def count_request(self, key_id: str, minute: int) -> None:
         k = (key_id, minute)
@@ -53,13 +60,15 @@ class UsageRecorder:
             row[1] += prompt
             row[2] += completion
 
-    def take(self) -> tuple[list[UsageDelta], list[MinuteCount]]:
+    def take(self) -> tuple[list[UsageDelta], list[MinuteCount], list[str]]:
         usage, self.usage = self.usage, {}
         minutes, self.minutes = self.minutes, {}
+        released, self.released = self.released, []
         return ([UsageDelta(k, d, m, v[0], v[1], v[2]) for (k, d, m), v in usage.items()],
-                [MinuteCount(k, m, n) for (k, m), n in minutes.items()])
+                [MinuteCount(k, m, n) for (k, m), n in minutes.items()], released)
 
-    def restore(self, deltas: list[UsageDelta], minutes: list[MinuteCount]) -> None:
+    def restore(self, deltas: list[UsageDelta], minutes: list[MinuteCount], released: list[str]) -> None:
+        self.released[:0] = released
         for d in deltas:
             row = self.usage.setdefault((d.key_id, d.day, d.model), [0, 0, 0])
             row[0] += d.requests
@@ -70,7 +79,7 @@ class UsageRecorder:
 
 
 class UsageSync:
-    """The loop that writes usage and brings the shared quota counters up to date."""
+    """The loop that writes usage and settles reservations."""
 
     def __init__(self, store: Store, keys: KeyCache, recorder: UsageRecorder, clock: Clock,
                  interval: float = 1.0) -> None:
@@ -92,47 +101,13 @@ class UsageSync:
             await self._sync()
 
     async def _sync(self) -> None:
-        now = time.time()
-        day = self.clock.day(now)
-        minute = int(now // 60)
-        deltas, minutes = self.recorder.take()
-        quotas = list(self.keys.quotas.values())
-        for q in quotas:
-            q.begin_flush()
+        deltas, minutes, released = self.recorder.take()
         try:
-            rows, counts = await asyncio.to_thread(self._exchange, deltas, minutes, day, minute - 1)
+            await asyncio.to_thread(self.store.add_usage, deltas, minutes, released, now=time.time())
         except Exception as exc:  # keep counting in memory; write it all next time
-            self.recorder.restore(deltas, minutes)
-            for q in quotas:
-                q.abort_flush()
+            self.recorder.restore(deltas, minutes, released)
             if self.last_error is None:
                 log.warning("usage write to the store failed (will retry): %s", exc)
             self.last_error = str(exc)
             return
         self.last_error = None
-        self._apply(rows, counts, day, minute)
-
-    def _exchange(self, deltas: list[UsageDelta], minutes: list[MinuteCount], day: str,
-                  since: int) -> tuple[list[UsageRow], list[MinuteCount]]:
-        self.store.add_usage(deltas, minutes)
-        return self.store.usage(day), self.store.minute_requests(since)
-
-    def _apply(self, rows: list[UsageRow], counts: list[MinuteCount], day: str, minute: int) -> None:
-        tokens: dict[str, int] = defaultdict(int)
-        per_minute: dict[str, dict[int, int]] = defaultdict(dict)
-        groups_of: dict[str | None, list[str]] = {}
-
-        def ancestry(key_id: str) -> list[str]:
-            g = self.keys.key_groups.get(key_id)
-            if g not in groups_of:
-                groups_of[g] = self.keys.ancestry(g)
-            return groups_of[g]
-
-        for r in rows:
-            for g in ancestry(r.key_id):
-                tokens[g] += r.total_tokens
-        for c in counts:
-            for g in ancestry(c.key_id):
-                per_minute[g][c.minute] = per_minute[g].get(c.minute, 0) + c.requests
-        for name, q in self.keys.quotas.items():
-            q.end_flush(per_minute.get(name, {}), day, tokens.get(name, 0), minute)

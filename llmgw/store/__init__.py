@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from llmgw.errors import StoreError
-from llmgw.store.model import GroupRecord, KeyRecord, MinuteCount, UsageDelta, UsageRow
+from llmgw.store.model import GroupLimit, GroupRecord, KeyRecord, MinuteCount, Refusal, UsageDelta, UsageRow
 from llmgw.store.sql import UNSET, PostgresStore, SqliteStore, SqlStore, Unset
 from llmgw.store.urls import redact_url, url_scheme
 
@@ -21,9 +21,11 @@ Store = SqlStore
 
 __all__ = [
     "UNSET",
+    "GroupLimit",
     "GroupRecord",
     "KeyRecord",
     "MinuteCount",
+    "Refusal",
     "Store",
     "Unset",
     "UsageDelta",

@@ -72,3 +72,21 @@ class MinuteCount:
     key_id: str
     minute: int
     requests: int
+
+
+@dataclass(frozen=True)
+class GroupLimit:
+    """A group's limits as a router admits against them (None: no limit of that kind)."""
+
+    name: str
+    rpm: int | None
+    tokens_per_day: int | None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Which limit refused a request: `what` is "rpm" or "tokens"."""
+
+    group: str
+    what: str
+    limit: int

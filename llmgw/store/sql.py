@@ -12,6 +12,12 @@ Tables (prefixed `llmgw_` so the store can share a database):
     llmgw_keys             id, name (unique among active keys), group, prefix, sha256
     llmgw_usage_daily      per key, UTC day and model: requests, prompt/completion tokens
     llmgw_requests_minute  per key and clock minute: requests (shared rpm; pruned)
+    llmgw_reservations     tokens held by requests in flight (token quotas), until settled
+
+Quotas are admitted in the store (`admit`), one transaction per request of a key under
+a limit, serialised per group (PostgreSQL: an advisory lock per limited group, taken in
+name order; SQLite: the write lock), so several routers on one store cannot together
+admit more than a limit: each sees what the others admitted and reserved.
 """
 
 from __future__ import annotations
@@ -27,10 +33,10 @@ from typing import Any, Protocol
 
 from llmgw.errors import StoreError
 from llmgw.store.keys import hash_key, new_key, new_key_id, shown_prefix
-from llmgw.store.model import GroupRecord, KeyRecord, MinuteCount, UsageDelta, UsageRow
+from llmgw.store.model import GroupLimit, GroupRecord, KeyRecord, MinuteCount, Refusal, UsageDelta, UsageRow
 from llmgw.store.urls import postgres_url_problem, redact_url, scrub
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: llmgw_reservations
 
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS llmgw_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -63,7 +69,31 @@ _SCHEMA = [
         minute BIGINT NOT NULL,
         requests BIGINT NOT NULL DEFAULT 0,
         PRIMARY KEY (key_id, minute))""",
+    """CREATE TABLE IF NOT EXISTS llmgw_reservations (
+        id TEXT PRIMARY KEY,
+        key_id TEXT NOT NULL,
+        tokens BIGINT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS llmgw_reservations_key ON llmgw_reservations (key_id)",
 ]
+
+# One group's standing, read in ONE statement so it is one snapshot: a usage flush that
+# commits between two reads would otherwise show its tokens neither as used nor as reserved.
+_GROUP_STANDING = """
+WITH RECURSIVE sub(name) AS (
+    SELECT CAST(? AS TEXT)
+    UNION SELECT g.name FROM llmgw_groups g JOIN sub ON g.parent = sub.name),
+ks AS (SELECT id FROM llmgw_keys WHERE group_name IN (SELECT name FROM sub))
+SELECT
+    (SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM llmgw_usage_daily
+     WHERE day = ? AND key_id IN (SELECT id FROM ks)),
+    (SELECT COALESCE(SUM(tokens), 0) FROM llmgw_reservations
+     WHERE expires_at > ? AND key_id IN (SELECT id FROM ks)),
+    (SELECT COALESCE(SUM(requests), 0) FROM llmgw_requests_minute
+     WHERE minute = ? AND key_id IN (SELECT id FROM ks)),
+    (SELECT COALESCE(SUM(requests), 0) FROM llmgw_requests_minute
+     WHERE minute = ? AND key_id IN (SELECT id FROM ks))
+"""
 
 # Minute counters older than this are deleted when usage is written.
 MINUTE_RETENTION = 10
@@ -117,6 +147,9 @@ class SqlStore:
     def _migrate_lock(self, cur: _Cursor) -> None:
         """Serialise schema creation between processes (PostgreSQL races on CREATE)."""
 
+    def _group_locks(self, cur: _Cursor, groups: Sequence[str]) -> None:
+        """Serialise admissions per group between routers (taken in the order given)."""
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -142,6 +175,9 @@ class SqlStore:
                 raise StoreError(f"the store {self.redacted_url} has schema version {row[0]}, "
                                  f"newer than this llmgw understands ({SCHEMA_VERSION})",
                                  hint="upgrade llmgw on this host")
+            elif int(row[0]) < SCHEMA_VERSION:  # the CREATE ... IF NOT EXISTS above added what is new
+                self._x(cur, "UPDATE llmgw_meta SET value = ? WHERE key = 'schema_version'",
+                        (str(SCHEMA_VERSION),))
         self._run(go)
 
     @property
@@ -276,32 +312,40 @@ class SqlStore:
         return result
 
     # -- usage ---------------------------------------------------------------------------
-    def add_usage(self, deltas: Iterable[UsageDelta], minutes: Iterable[MinuteCount]) -> None:
-        """Add one batch of counters (the router calls this about once a second)."""
-        deltas, minutes = list(deltas), list(minutes)
-        if not deltas and not minutes:
+    def add_usage(self, deltas: Iterable[UsageDelta], minutes: Iterable[MinuteCount],
+                  released: Iterable[str] = (), *, now: float | None = None) -> None:
+        """Add one batch of counters (the router calls this about once a second) and drop
+        the reservations of the requests they settle, in one transaction: a request's
+        tokens move from reserved to used at once, never counted twice or not at all."""
+        deltas, minutes, released = list(deltas), list(minutes), list(released)
+        if not deltas and not minutes and not released:
             return
+        self._run(lambda cur: self._add_usage(cur, deltas, minutes, released, now))
 
-        def go(cur: _Cursor) -> None:
-            for d in deltas:
-                self._x(cur, "INSERT INTO llmgw_usage_daily AS u (key_id, day, model, requests, "
-                             "prompt_tokens, completion_tokens) VALUES (?, ?, ?, ?, ?, ?) "
-                             "ON CONFLICT (key_id, day, model) DO UPDATE SET "
-                             "requests = u.requests + excluded.requests, "
-                             "prompt_tokens = u.prompt_tokens + excluded.prompt_tokens, "
-                             "completion_tokens = u.completion_tokens + excluded.completion_tokens",
-                        (d.key_id, d.day, d.model, d.requests, d.prompt_tokens, d.completion_tokens))
-            newest = 0
-            for m in minutes:
-                newest = max(newest, m.minute)
-                self._x(cur, "INSERT INTO llmgw_requests_minute AS m (key_id, minute, requests) "
-                             "VALUES (?, ?, ?) ON CONFLICT (key_id, minute) DO UPDATE SET "
-                             "requests = m.requests + excluded.requests",
-                        (m.key_id, m.minute, m.requests))
-            if newest:
-                self._x(cur, "DELETE FROM llmgw_requests_minute WHERE minute < ?",
-                        (newest - MINUTE_RETENTION,))
-        self._run(go)
+    def _add_usage(self, cur: _Cursor, deltas: list[UsageDelta], minutes: list[MinuteCount],
+                   released: list[str], now: float | None) -> None:
+        for rid in released:
+            self._x(cur, "DELETE FROM llmgw_reservations WHERE id = ?", (rid,))
+        if released and now is not None:  # and those whose router died before settling them
+            self._x(cur, "DELETE FROM llmgw_reservations WHERE expires_at < ?", (now,))
+        for d in deltas:
+            self._x(cur, "INSERT INTO llmgw_usage_daily AS u (key_id, day, model, requests, "
+                         "prompt_tokens, completion_tokens) VALUES (?, ?, ?, ?, ?, ?) "
+                         "ON CONFLICT (key_id, day, model) DO UPDATE SET "
+                         "requests = u.requests + excluded.requests, "
+                         "prompt_tokens = u.prompt_tokens + excluded.prompt_tokens, "
+                         "completion_tokens = u.completion_tokens + excluded.completion_tokens",
+                    (d.key_id, d.day, d.model, d.requests, d.prompt_tokens, d.completion_tokens))
+        newest = 0
+        for m in minutes:
+            newest = max(newest, m.minute)
+            self._x(cur, "INSERT INTO llmgw_requests_minute AS m (key_id, minute, requests) "
+                         "VALUES (?, ?, ?) ON CONFLICT (key_id, minute) DO UPDATE SET "
+                         "requests = m.requests + excluded.requests",
+                    (m.key_id, m.minute, m.requests))
+        if newest:
+            self._x(cur, "DELETE FROM llmgw_requests_minute WHERE minute < ?",
+                    (newest - MINUTE_RETENTION,))
 
     def usage(self, day: str | None = None) -> list[UsageRow]:
         """Usage rows for one UTC day (YYYY-MM-DD), or for every day when None."""
@@ -315,6 +359,51 @@ class SqlStore:
             return [UsageRow(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]))
                     for r in cur.fetchall()]
         result: list[UsageRow] = self._run(go)
+        return result
+
+    # -- quotas --------------------------------------------------------------------------
+    def admit(self, key_id: str, limits: Sequence[GroupLimit], *, now: float, day: str,
+              reserve: int, reservation_id: str, expires_at: float,
+              usage: tuple[list[UsageDelta], list[MinuteCount], list[str]] = ([], [], [])) -> Refusal | None:
+        """Admit one request of `key_id` under its groups' `limits`, or say which refuses.
+
+        Admitted, the request is counted in its minute at once (for every router's rpm)
+        and, under a token limit, `reserve` tokens are held for it until `add_usage`
+        releases `reservation_id` with its real usage (or `expires_at` passes). A token
+        limit refuses once used + reserved reaches it, so the last request admitted can
+        take a group past its limit by at most its own tokens. `usage` is the router's
+        unwritten batch (as for `add_usage`), written first in the same transaction: what
+        this router settled a moment ago no longer counts as reserved.
+        """
+        minute = int(now // 60)
+        inside = 1.0 - (now - minute * 60) / 60.0  # how much of the previous minute is still in the window
+
+        def go(cur: _Cursor) -> Refusal | None:
+            self._group_locks(cur, sorted({g.name for g in limits}))
+            self._add_usage(cur, *usage, now)
+            for g in limits:
+                self._x(cur, _GROUP_STANDING, (g.name, day, now, minute, minute - 1))
+                used, reserved, this_minute, last_minute = (int(v) for v in cur.fetchone())
+                if g.rpm is not None and this_minute + last_minute * inside + 1 > g.rpm:
+                    return Refusal(g.name, "rpm", g.rpm)
+                if g.tokens_per_day is not None and used + reserved >= g.tokens_per_day:
+                    return Refusal(g.name, "tokens", g.tokens_per_day)
+            self._x(cur, "INSERT INTO llmgw_requests_minute AS m (key_id, minute, requests) VALUES (?, ?, 1) "
+                         "ON CONFLICT (key_id, minute) DO UPDATE SET requests = m.requests + 1",
+                    (key_id, minute))
+            if any(g.tokens_per_day is not None for g in limits):
+                self._x(cur, "INSERT INTO llmgw_reservations (id, key_id, tokens, expires_at) VALUES (?, ?, ?, ?)",
+                        (reservation_id, key_id, max(0, reserve), expires_at))
+            return None
+        result: Refusal | None = self._run(go)
+        return result
+
+    def reserved_tokens(self, now: float) -> int:
+        """Tokens held by unsettled, unexpired reservations (all keys)."""
+        def go(cur: _Cursor) -> int:
+            self._x(cur, "SELECT COALESCE(SUM(tokens), 0) FROM llmgw_reservations WHERE expires_at > ?", (now,))
+            return int(cur.fetchone()[0])
+        result: int = self._run(go)
         return result
 
     def minute_requests(self, since_minute: int) -> list[MinuteCount]:
@@ -393,6 +482,12 @@ class PostgresStore(SqlStore):
 
     def _migrate_lock(self, cur: _Cursor) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(7340043)")
+
+    def _group_locks(self, cur: _Cursor, groups: Sequence[str]) -> None:
+        # (class, hash of the name): held to the end of the transaction. Name order on
+        # every router, so two admissions never wait for each other's locks in a cycle.
+        for name in groups:
+            cur.execute("SELECT pg_advisory_xact_lock(7340044, hashtext(%s))", (name,))
 
     @contextmanager
     def _tx(self) -> Iterator[_Cursor]:
