@@ -4,6 +4,8 @@
 usage:
   hf_mirror.py prepare                       write the tiny model repository (skips when present)
   hf_mirror.py serve --host H --port P       prepare, then run olah in the foreground
+  hf_mirror.py serve --lab NAME --port P     the same, bound to lab NAME's podman gateway address
+                                             (what its hosts reach; put `mirror: http://GW:P` in llmgw.yaml)
 
 `prepare` writes $LLMGW_CACHE/hf-mirror/mirrors/models/llmgw/tiny-llama: the tiny Llama
 of make_tiny_hf_llama.py committed to a git repository with a fixed author and date, so
@@ -20,6 +22,7 @@ clients need: 127.0.0.1 for tests, the lab network's gateway address for lab hos
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -80,6 +83,18 @@ def config(base: Path, host: str, port: int, run_dir: Path) -> str:
         f'mirrors-path = ["{base / "mirrors"}"]', "", "[accessibility]", "offline = true", ""])
 
 
+def podman_gateway(network: str) -> str:
+    """The host's own IPv4 address on a podman network (a lab's network is named after the lab)."""
+    out = subprocess.run(["podman", "network", "inspect", network], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"hf_mirror: no podman network {network!r} (is the lab up?): {out.stderr.strip()}")
+    for subnet in json.loads(out.stdout)[0].get("subnets") or []:
+        gateway = subnet.get("gateway") or ""
+        if gateway and ":" not in gateway:
+            return str(gateway)
+    raise SystemExit(f"hf_mirror: podman network {network!r} has no IPv4 gateway")
+
+
 def olah_cli() -> str:
     beside = Path(sys.executable).parent / "olah-cli"
     found = str(beside) if beside.is_file() else shutil.which("olah-cli")
@@ -104,14 +119,17 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("prepare")
     s = sub.add_parser("serve")
-    s.add_argument("--host", default="127.0.0.1")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--host", default="127.0.0.1")
+    where.add_argument("--lab", help="bind to this lab's podman network gateway")
     s.add_argument("--port", type=int, default=18090)
     s.add_argument("--run-dir", type=Path, help="olah's own cache and logs (default: a folder under the cache)")
     args = ap.parse_args()
     if args.cmd == "prepare":
         print(prepare(), commit())
         return
-    serve(args.host, args.port, args.run_dir or root() / "run" / f"{args.host}-{args.port}")
+    host = podman_gateway(args.lab) if args.lab else args.host
+    serve(host, args.port, args.run_dir or root() / "run" / f"{host}-{args.port}")
 
 
 if __name__ == "__main__":

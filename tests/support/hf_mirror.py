@@ -7,7 +7,6 @@ tests/conftest.py does, once); lab tests start one on the lab network's gateway 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -38,13 +37,8 @@ class HfMirror:
         return sorted(p.name for p in self.files.iterdir() if p.is_file())
 
 
-def podman_gateway(network: str) -> str:
-    """The host's own address on a podman network: where lab hosts reach services on this machine."""
-    out = subprocess.run(["podman", "network", "inspect", network], capture_output=True, text=True, check=True)
-    for subnet in json.loads(out.stdout)[0].get("subnets") or []:
-        if subnet.get("gateway") and ":" not in subnet["gateway"]:
-            return str(subnet["gateway"])
-    raise AssertionError(f"podman network {network} has no IPv4 gateway: {out.stdout}")
+# The host's own address on a podman network: where lab hosts reach services on this machine.
+podman_gateway = hf_mirror.podman_gateway
 
 
 @contextmanager
