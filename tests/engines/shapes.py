@@ -40,3 +40,11 @@ CATALOG_ARGS = {
     "vllm": ("--max-model-len", "4096", "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16"),
     "sglang": ("--context-length", "4096", "--mem-fraction-static", "0.85"),
 }
+
+
+def profile_shards(engine: str, gpus: int, nodes: int, args: tuple[str, ...]) -> list[Shard]:
+    """Every rank of one catalog profile's replica, as apply would hand them to the role."""
+    peers = _peers(nodes) if nodes > 1 else ()
+    return [Shard(engine=engine, model="m", model_path=MODEL, port=20000 + rank, gpus=tuple(range(gpus)),
+                  args=args, rank=rank, nodes=nodes, leader=LEADER if nodes > 1 else "", peers=peers)
+            for rank in range(nodes)]

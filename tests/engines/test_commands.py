@@ -55,6 +55,7 @@ def test_vllm_ranks_meet_at_the_leaders_port_plus_the_offset() -> None:
         assert after(words, "--master-addr") == LEADER
         assert after(words, "--master-port") == str(20000 + INIT_PORT_OFFSET)
         assert ("--headless" in words) == (rank > 0)
+        assert words[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]  # only serve honours --headless
 
 
 def test_sglang_tp_counts_every_gpu_of_the_replica() -> None:
