@@ -16,7 +16,6 @@ import pytest
 
 from llmgw.router import RouterSettings
 from llmgw.store import Store
-from tests.router.conftest import sqlite_store, start_router, state  # noqa: F401 - fixtures
 from tests.support.router import FAST, HTTP, RunningRouter, StateFile, model, wait_until
 
 LIMITS = RouterSettings(**{**FAST.__dict__, "max_header_bytes": 8192, "max_headers": 50,
