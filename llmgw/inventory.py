@@ -12,11 +12,21 @@ Host vars llmgw reads:
     llmgw_failure_domain  a name (room, power feed...) a model's replicas spread across
 Nodes are the hosts of group `llmgw_nodes`; without that group, every host that is not
 only a router. Routers are the hosts of group `llmgw_routers`.
+
+Reading an inventory must not run code, since `plan` runs on untrusted pull requests:
+`ansible-inventory` runs with only the data-file inventory plugins (YAML, INI, TOML, a
+host list; no executable scripts or plugin configs) unless the operator's environment
+sets ANSIBLE_INVENTORY_ENABLED, from `/` (so an `ansible.cfg` in the site is not read),
+with a time and memory limit. Host names must be DNS names or IP addresses.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -31,6 +41,13 @@ NODE_STATES: tuple[NodeState, ...] = ("ready", "cordoned", "draining")
 NODES_GROUP = "llmgw_nodes"
 ROUTERS_GROUP = "llmgw_routers"
 DEFAULT_CACHE_DIR = "/var/cache/llmgw"
+# Inventory plugins that read data files only (`script` and `auto` would run code).
+SAFE_INVENTORY_PLUGINS = "host_list,yaml,ini,toml"
+INVENTORY_TIMEOUT_S = 300
+INVENTORY_MEMORY_BYTES = 4 * 1024**3
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True)
@@ -73,10 +90,40 @@ def ansible_bin(name: str) -> str:
     return found
 
 
-def _host(name: str, hv: dict[str, Any], groups: frozenset[str]) -> Host:
+def is_host_name(name: str) -> bool:
+    """A DNS name (labels of letters, digits and inner hyphens, at most 253 characters) or an IP address."""
+    if len(name) <= 253 and _DNS_NAME.match(name):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def where(path: Path, name: str) -> str:
+    """`file:line` of the first line of the inventory that names `name` (the path alone if none does)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                for n, raw in enumerate(fh, 1):
+                    if name.encode("utf-8", "replace") in raw:
+                        return f"{f}:{n}"
+        except OSError:
+            continue
+    return str(path)
+
+
+def _host(name: str, hv: dict[str, Any], groups: frozenset[str], path: Path = Path("inventory")) -> Host:
     def problem(key: str, want: str) -> InventoryError:
-        return InventoryError(f"host {name}: {key} is {hv.get(key)!r}, expected {want}",
+        return InventoryError(f"{where(path, name)}: host {name}: {key} is {hv.get(key)!r}, expected {want}",
                               hint=f"correct {key} for {name} in the inventory", host=name)
+
+    if not is_host_name(name):
+        raise InventoryError(f"{where(path, name)}: host name {name!r} is not a DNS name or an IP address",
+                             hint="name hosts like gpu-01 or gpu-01.example.org (letters, digits, '-', '.'); "
+                                  "set ansible_host for another address", host=name)
 
     state = hv.get("llmgw_node_state", "ready")
     if state not in NODE_STATES:
@@ -97,6 +144,9 @@ def _host(name: str, hv: dict[str, Any], groups: frozenset[str]) -> Host:
     if not isinstance(cache, str) or not cache.startswith("/"):
         raise problem("llmgw_cache_dir", "an absolute path")
     mgmt = hv.get("llmgw_mgmt_address") or hv.get("ansible_host") or name
+    if not isinstance(mgmt, str) or not mgmt or _CONTROL.search(mgmt) or "{" in mgmt:
+        key = "llmgw_mgmt_address" if hv.get("llmgw_mgmt_address") else "ansible_host"
+        raise problem(key, "an address or host name (no spaces, control characters or templates)")
     return Host(name=name, groups=groups, node_state=cast(NodeState, state),
                 labels={str(k): str(v) for k, v in labels.items()}, model_dirs=list(dirs),
                 cache_dir=cache, mgmt_address=str(mgmt), vars=hv)
@@ -122,7 +172,7 @@ def parse_inventory_json(path: Path, data: dict[str, Any]) -> Inventory:
         for host in walk(group, frozenset()):
             groups.setdefault(host, set()).add(group)
     names = set(hostvars) | set(groups)
-    hosts = {n: _host(n, hostvars.get(n, {}), frozenset(groups.get(n, set()))) for n in sorted(names)}
+    hosts = {n: _host(n, hostvars.get(n, {}), frozenset(groups.get(n, set())), path) for n in sorted(names)}
     return Inventory(path=path, hosts=hosts)
 
 
@@ -130,8 +180,15 @@ def load_inventory(path: Path) -> Inventory:
     if not path.exists():
         raise InventoryError(f"inventory {path} does not exist",
                              hint="set `inventory:` in llmgw.yaml to your Ansible inventory file or folder")
-    proc = subprocess.run([ansible_bin("ansible-inventory"), "-i", str(path), "--list"],
-                          capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_INVENTORY_ENABLED", SAFE_INVENTORY_PLUGINS)
+    try:
+        proc = subprocess.run([ansible_bin("ansible-inventory"), "-i", str(path.resolve()), "--list"],
+                              capture_output=True, text=True, errors="replace", check=False, env=env, cwd="/",
+                              timeout=INVENTORY_TIMEOUT_S, preexec_fn=_limit_memory)
+    except subprocess.TimeoutExpired:
+        raise InventoryError(f"Ansible took more than {INVENTORY_TIMEOUT_S} s to read the inventory {path}",
+                             hint="check the inventory for huge or self-referencing YAML (anchors, aliases)") from None
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()][-5:]
         raise InventoryError(f"Ansible cannot read the inventory {path}", detail=lines,
@@ -142,4 +199,15 @@ def load_inventory(path: Path) -> Inventory:
         raise InventoryError(f"Ansible could not parse the inventory {path}",
                              detail=[ln for ln in proc.stderr.splitlines() if ln.strip()][-5:],
                              hint="fix the inventory syntax")
-    return parse_inventory_json(path, json.loads(proc.stdout))
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        raise InventoryError(f"ansible-inventory printed no inventory for {path}",
+                             hint="run `ansible-inventory -i PATH --list` to see why") from None
+    if not isinstance(data, dict):
+        raise InventoryError(f"ansible-inventory printed no inventory for {path}")
+    return parse_inventory_json(path, data)
+
+
+def _limit_memory() -> None:  # in the ansible-inventory child, before it starts
+    resource.setrlimit(resource.RLIMIT_AS, (INVENTORY_MEMORY_BYTES, INVENTORY_MEMORY_BYTES))

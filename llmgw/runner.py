@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llmgw import resources
+from llmgw import ansible_content
 from llmgw.errors import RunnerError
+from llmgw.site import recorded_site
 
 TaskStatus = Literal["ok", "failed", "unreachable", "skipped"]
 EventKind = Literal["play_start", "task_start", "host_start", "host_ok", "host_failed", "host_unreachable",
@@ -163,8 +164,8 @@ def _search_path(first: Path, env_key: str) -> str:
 def ansible_env(forks: int) -> dict[str, str]:
     """The Ansible settings llmgw runs with (exported so `ansible` by hand can match)."""
     env = {
-        "ANSIBLE_COLLECTIONS_PATH": _search_path(resources.collections_path(), "ANSIBLE_COLLECTIONS_PATH"),
-        "ANSIBLE_ROLES_PATH": _search_path(resources.roles_path(), "ANSIBLE_ROLES_PATH"),
+        "ANSIBLE_COLLECTIONS_PATH": _search_path(ansible_content.collections_path(), "ANSIBLE_COLLECTIONS_PATH"),
+        "ANSIBLE_ROLES_PATH": _search_path(ansible_content.roles_path(), "ANSIBLE_ROLES_PATH"),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_FORKS": str(forks),
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
@@ -238,6 +239,10 @@ def run_playbook(
         raise RunnerError(f"no playbook at {playbook}")
     if not inventory.exists():
         raise RunnerError(f"no inventory at {inventory}", hint="set `inventory:` in llmgw.yaml")
+    recorded = recorded_site(inventory)
+    if recorded is not None:  # the last guard: each command that contacts hosts refuses earlier
+        raise RunnerError(f"{recorded}: a recorded site (recorded: true); llmgw does not contact its hosts",
+                          hint="copy the site, point its inventory at your hosts and remove `recorded: true`")
     wanted = set(capture)
     results: dict[str, dict[str, TaskResult]] = {}
     host_errors: dict[str, str] = {}

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from llmgw.errors import SiteError
-from llmgw.yamlio import load_yaml
+from llmgw.errors import LlmgwError, SiteError
+from llmgw.yamlio import line_of, load_yaml
 
 SITE_FILE = "llmgw.yaml"
 
@@ -52,6 +52,10 @@ class SiteConfig(BaseModel):
     # sources from and `catalog validate` sizes them with; https://huggingface.co when unset.
     # The HF token goes only there; plain http only for a mirror named here.
     mirror: str | None = None
+    # A recorded site (the example): its facts were recorded elsewhere and its inventory
+    # names hosts that are not the operator's, so every verb that would contact hosts
+    # refuses. Plan, explain and the views work on it as on any site.
+    recorded: bool = False
 
     @field_validator("mirror")
     @classmethod
@@ -68,9 +72,10 @@ class SiteConfig(BaseModel):
 class Site:
     """A site folder with its configuration resolved to absolute paths."""
 
-    def __init__(self, root: Path, config: SiteConfig) -> None:
+    def __init__(self, root: Path, config: SiteConfig, *, lines: dict[str, int] | None = None) -> None:
         self.root = root
         self.config = config
+        self.lines = lines or {}  # top-level key -> its line in llmgw.yaml (for errors)
 
     @classmethod
     def load(cls, root: Path) -> Site:
@@ -83,16 +88,26 @@ class Site:
                 f"no {SITE_FILE} in {root}",
                 hint=f"run llmgw in a site folder, pass -C DIR, or create one with `llmgw init {root}`",
             )
-        data = load_yaml(path) or {}
+        data = load_yaml(path, plain=True) or {}
         if not isinstance(data, dict):
-            raise SiteError(f"{path}: expected a mapping of settings at the top")
+            raise SiteError(f"{path}:{line_of(data, [])}: expected a mapping of settings at the top")
         try:
             config = SiteConfig.model_validate(data)
         except ValidationError as exc:
-            lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-            raise SiteError(f"{path} is invalid", detail=lines,
+            lines = [f"{path}:{line_of(data, list(e['loc']))}: {'.'.join(str(p) for p in e['loc'])}: "
+                     f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
+            raise SiteError(lines[0] if len(lines) == 1 else f"{path} is invalid", detail=lines[len(lines) == 1:],
                             hint="correct the keys above; see `llmgw init` for a commented example") from None
-        return cls(root, config)
+        return cls(root, config, lines={str(k): line_of(data, [k]) for k in data})
+
+    def require_live(self, verb: str) -> None:
+        """Refuse `verb` (a command that contacts hosts) on a recorded site."""
+        if self.config.recorded:
+            where = f"{self.root / SITE_FILE}:{self.lines.get('recorded', 0)}"
+            raise SiteError(f"{where}: this is a recorded site (recorded: true): `llmgw {verb}` would contact "
+                            "its hosts, which are not a fleet of yours",
+                            hint="plan, explain and the views work here; for a real fleet, copy the site, "
+                                 "point its inventory at your hosts and remove `recorded: true`")
 
     def path(self, rel: str) -> Path:
         return (self.root / rel).resolve()
@@ -122,3 +137,18 @@ class Site:
         if self.config.store:
             return self.config.store
         return f"sqlite:///{self.state_file.parent / 'llmgw-store.sqlite'}"
+
+
+def recorded_site(inventory: Path) -> Path | None:
+    """The llmgw.yaml of a recorded site that `inventory` belongs to (its folder or the one
+    above), or None. llmgw.runner checks every Ansible run with it, whatever started it."""
+    start = inventory.resolve()
+    for folder in [start if start.is_dir() else start.parent, *list(start.parents)[:2]]:
+        path = folder / SITE_FILE
+        if path.is_file():
+            try:
+                data = load_yaml(path)
+            except LlmgwError:
+                return None  # not readable as a site: Site.load reports it where it is loaded
+            return path if isinstance(data, dict) and data.get("recorded") is True else None
+    return None

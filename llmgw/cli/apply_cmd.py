@@ -69,7 +69,7 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
     New replicas serve before old ones are drained and stopped; the state file is written after
     every step, so an interrupted apply is finished by the next `llmgw plan` and `llmgw apply`.
     """
-    site = app.site
+    site = app.live_site("apply")
     backend = backend_for(site)
     click.get_current_context().call_on_close(backend.close)
     if plan_file is not None:

@@ -25,5 +25,10 @@ class AppContext:
             self._site = Site.load(self.directory)
         return self._site
 
+    def live_site(self, verb: str) -> Site:
+        """The site, for a command that contacts its hosts: refused on a recorded site."""
+        self.site.require_live(verb)
+        return self.site
+
 
 pass_app = click.make_pass_decorator(AppContext)

@@ -135,7 +135,7 @@ def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: 
     A host that cannot be reached keeps its last facts, marked stale. Exits 1 only
     when no host at all could be gathered.
     """
-    site = app.site
+    site = app.live_site("facts")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=output.err_console, transient=True) as progress:
         report = gather(site, limit=limit, forks=forks, install_nvml=install_nvml,

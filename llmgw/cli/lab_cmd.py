@@ -31,7 +31,7 @@ def lab_group() -> None:
 @pass_app
 def up(app: AppContext, nodes: int, name: str | None) -> None:
     """Start the lab's hosts (keeping running ones) and write its inventory."""
-    lab = Lab(app.site, name)
+    lab = Lab(app.live_site("lab up"), name)  # it rewrites the inventory
     tasks: dict[str, TaskID] = {}
     with Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[host]:<6}[/]"),
                   TextColumn("{task.description}"), TimeElapsedColumn(),

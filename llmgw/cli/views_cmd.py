@@ -252,7 +252,7 @@ def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool,
     from llmgw.views.downloads import fetch_downloads
     from llmgw.views.replicas import replicas_view
 
-    data = load_site_data(app.site)
+    data = load_site_data(app.live_site("replicas --downloads") if downloads else app.site)
     if model is not None and data.catalog.resolve(model) is None and \
             not any(r.model == model for r in data.state.replicas):
         raise UsageError(f"no model {model!r} in the catalog or the state",
@@ -275,7 +275,7 @@ def logs(app: AppContext, replica: str, lines: int, as_json: bool) -> None:
     from llmgw.state import read_state
     from llmgw.views.logs import fetch_logs
 
-    state = read_state(app.site.state_file)
+    state = read_state(app.live_site("logs").state_file)
     rec = state.replica(replica)
     if rec is None:
         known = ", ".join(r.id for r in state.replicas) or "none"

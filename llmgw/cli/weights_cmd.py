@@ -10,7 +10,7 @@ from llmgw.catalog import load_catalog
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.facts.cache import read_facts, write_facts
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.site import Site
 from llmgw.state import read_state
 from llmgw.views.text import human_bytes
@@ -21,7 +21,7 @@ TASK = "Remove orphaned cache entries"  # the task in playbooks/weights_gc.yml
 
 def collect_orphans(site: Site, orphans: dict[str, list[Orphan]], wanted: set[str]) -> dict[str, dict[str, Any]]:
     """Ask each host to remove its orphans; host -> {removed, refused} or {error}."""
-    from llmgw import resources
+    from llmgw import ansible_content
     from llmgw.runner import run_playbook
 
     hosts = sorted(orphans)
@@ -29,7 +29,7 @@ def collect_orphans(site: Site, orphans: dict[str, list[Orphan]], wanted: set[st
                  "llmgw_gc_names": {h: [o.name for o in orphans[h]] for h in hosts},
                  "llmgw_gc_in_use": {h: sorted(wanted) for h in hosts}}
     with output.console.status(f"Asking {len(hosts)} host{'s' if len(hosts) != 1 else ''} to remove orphans"):
-        result = run_playbook(resources.playbook("weights_gc.yml"), site.inventory, limit=",".join(hosts),
+        result = run_playbook(ansible_content.playbook("weights_gc.yml"), site.inventory, limit=",".join(hosts),
                               extravars=extravars, capture=[TASK])
     report: dict[str, dict[str, Any]] = {}
     for host in hosts:
@@ -65,7 +65,7 @@ def orphans_cmd(app: AppContext, collect: bool, as_json: bool) -> None:
     Only entries named by llmgw's cache (a hash of their source) are listed; files an
     operator put in a model dir are never touched. Run `llmgw facts` first for a fresh view.
     """
-    site = app.site
+    site = app.live_site("weights orphans --collect") if collect else app.site
     catalog = load_catalog(site.catalog_dir, root=site.root)
     wanted = wanted_names(catalog, read_state(site.state_file))
     facts = read_facts(site.facts_dir)

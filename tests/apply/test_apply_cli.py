@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 def site(tmp_path: Path) -> Path:
     root = tmp_path / "site"
     shutil.copytree(REPO / "inventories" / "example", root, ignore=shutil.ignore_patterns("state.json*"))
+    config = root / "llmgw.yaml"  # the example is recorded (apply refuses it): here a copy stands for a live site
+    config.write_text(config.read_text().replace("recorded: true", "recorded: false"))
     return root
 
 

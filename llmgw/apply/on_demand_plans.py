@@ -1,0 +1,58 @@
+"""Plans for on-demand models (scaling.min 0): one replica more, or one idle replica less.
+
+The router's Activator (llmgw.router.activator) starts and stops such replicas with
+the same Applier as `llmgw apply`, so an activation is rolling, resumable and recorded
+step by step like any apply. These plans carry only the one change: the rest of the
+fleet is left to the operator's next apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from llmgw.catalog.load import Catalog
+from llmgw.errors import PlanError
+from llmgw.planner import Action, Desired, Plan, Summary, UnitRef, make_plan
+from llmgw.planner.inputs import PlanInputs
+from llmgw.state import ModelRecord, State
+
+
+def activation_plan(inputs: PlanInputs, model: str) -> Plan | None:
+    """A plan that creates one replica of `model` (name or alias); None when one already serves."""
+    m = inputs.catalog.resolve(model)
+    if m is None:
+        raise PlanError(f"{model} is not a model in the catalog")
+    live = [r for r in inputs.state.replicas if r.model == m.name and r.state != "draining"]
+    if any(r.state == "ready" for r in live):
+        return None
+    if len(live) >= m.scaling.maximum:
+        raise PlanError(f"{m.name} already runs {len(live)} replicas, its scaling.max")
+    bumped = m.model_copy(update={"scaling": m.scaling.model_copy(update={"min": len(live) + 1,
+                                                                          "max": m.scaling.maximum})})
+    entries = [dataclasses.replace(e, model=bumped) if e.model.name == m.name else e for e in inputs.catalog.entries]
+    full = make_plan(dataclasses.replace(inputs, catalog=Catalog(entries)))
+    creates = [a for a in full.actions if a.action == "create" and a.model == m.name][:1]
+    if not creates:
+        reasons = [r.reason for u in full.unplaced if u.model == m.name for r in u.rejections][:5]
+        raise PlanError(f"no node can take a replica of {m.name}", detail=reasons,
+                        hint=f"run `llmgw explain {m.name}` on the control host")
+    new = [r for r in full.desired.replicas if r.id == creates[0].replica]
+    return full.model_copy(update={"actions": creates, "summary": Summary(add=1), "unplaced": [], "notes": [],
+                                   "desired": Desired(replicas=new, models=_models(inputs.state))})
+
+
+def deactivation_plan(state: State, replica_id: str) -> Plan | None:
+    """A plan that drains and destroys one replica; None when the state no longer has it."""
+    r = state.replica(replica_id)
+    if r is None:
+        return None
+    units = [UnitRef(node=s.node, unit=s.unit) for s in sorted(r.shards, key=lambda s: s.rank)]
+    action = Action(action="destroy", replica=r.id, model=r.model, code="idle", reason="idle for its idle_timeout",
+                    units=units)
+    return Plan(state_serial=state.serial, state_lineage=state.lineage, summary=Summary(destroy=1), actions=[action],
+                desired=Desired(replicas=[], models=_models(state)))
+
+
+def _models(state: State) -> list[ModelRecord]:
+    """The routers' model records stay as the last apply left them (on demand stays on demand)."""
+    return list(state.models)

@@ -1,0 +1,54 @@
+"""Wiring a site to apply: its inventory, state file and engine artifacts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmgw.apply.executor import Applier, Say
+from llmgw.apply.hosts import Hosts, Progress
+from llmgw.apply.wheelhouse import wheelhouse
+from llmgw.errors import LlmgwError
+from llmgw.facts.cache import read_facts
+from llmgw.inventory import load_inventory
+from llmgw.planner import Plan
+from llmgw.planner.inputs import FabricIndex
+from llmgw.planner.load import fabric_index
+from llmgw.site import Site
+from llmgw.state import StateBackend, WriteMeta, backend_for
+from llmgw.weights.check import weights_host_vars
+
+
+def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") -> Hosts:
+    artifacts = site.path(site.config.engine_artifacts) if site.config.engine_artifacts else None
+    dashboard = {"llmgw_router_site_catalog": str(site.catalog_dir),
+                 "llmgw_router_site_facts": str(site.facts_dir) if site.facts_dir.is_dir() else "",
+                 "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else ""}
+    return Hosts(site.inventory, load_inventory(site.inventory), artifacts=artifacts, forks=forks,
+                 engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site))
+
+
+def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:
+    """(node, fabric) -> the node's InfiniBand adapters on that fabric, as NCCL_IB_HCA names
+    (`mlx5_0`, or `mlx5_0:2` for a second port); read from the facts cache on first use."""
+    index: list[FabricIndex] = []
+
+    def lookup(node: str, fabric: str) -> list[str]:
+        try:
+            if not index:
+                index.append(fabric_index(read_facts(site.facts_dir).values()))
+            return [rail.replace("/", ":") for rail in index[0].leaves_of(node, fabric)]
+        except LlmgwError:
+            return []  # NCCL then picks adapters itself
+
+    return lookup
+
+
+def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20,
+                progress: Progress | None = None, say: Say | None = None,
+                engines_playbook: str = "apply.yml", backend: StateBackend | None = None,
+                meta: WriteMeta | None = None) -> Applier:
+    """An Applier for the site; `backend` (default: the site's, llmgw.state.backend_for) keeps the state."""
+    hosts = hosts_for(site, forks, engines_playbook)
+    return Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
+                   wheelhouse=wheelhouse, grace=grace, progress=progress, say=say, fabric_hcas=fabric_hcas(site),
+                   backend=backend or backend_for(site), meta=meta)
