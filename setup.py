@@ -2,7 +2,7 @@
 
 The checkout keeps `playbooks/`, `roles/` and `collections/` at the top level, where
 the design puts them; a wheel build copies them into `llmgw/ansible_data/`, where
-`llmgw.resources` finds them in an installed llmgw. Everything else is in pyproject.toml.
+`llmgw.ansible_content` finds them in an installed llmgw. Everything else is in pyproject.toml.
 """
 
 import shutil

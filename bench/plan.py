@@ -26,7 +26,7 @@ from pathlib import Path
 
 from llmgw.catalog import Model
 from llmgw.catalog.load import Catalog, Located
-from llmgw.facts.model import Filesystem, Gpu, HostFacts, Weights
+from llmgw.facts.records import Filesystem, Gpu, HostFacts, Weights
 from llmgw.inventory import Host
 from llmgw.planner import FabricIndex, MapFabrics, Plan, PlanInputs, make_plan
 from llmgw.site import PortRange

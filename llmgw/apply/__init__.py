@@ -7,6 +7,6 @@
 """
 
 from llmgw.apply.executor import Applier, Outcome, check_fresh
-from llmgw.apply.site import applier_for, hosts_for
+from llmgw.apply.wiring import applier_for, hosts_for
 
 __all__ = ["Applier", "Outcome", "applier_for", "check_fresh", "hosts_for"]

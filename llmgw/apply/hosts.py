@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmgw import resources
+from llmgw import ansible_content
 from llmgw.apply.wheelhouse import hub_wheelhouse
 from llmgw.errors import RunnerError
 from llmgw.inventory import Inventory
 from llmgw.runner import RunEvent, RunResult, run_playbook
 from llmgw.weights.hub import is_repo_source
+from llmgw.weights.shared import fetch_once
 
 Progress = Callable[[str, str, int, "int | None"], None]
 """(step, host, done, total) as a step runs; for downloads done/total are bytes."""
@@ -48,7 +49,8 @@ class Hosts:
 
     def __init__(self, inventory_path: Path, inventory: Inventory, *, artifacts: Path | None,
                  forks: int = 20, extra: Mapping[str, Any] | None = None,
-                 engines_playbook: str = "apply.yml", dashboard: Mapping[str, str] | None = None) -> None:
+                 engines_playbook: str = "apply.yml", dashboard: Mapping[str, str] | None = None,
+                 shared_cache: Callable[[str], str | None] | None = None) -> None:
         self.inventory_path = inventory_path
         self.engines_playbook = engines_playbook
         # llmgw_router_site_* (catalog, facts, inventory on this host) for the routers' dashboard
@@ -57,6 +59,8 @@ class Hosts:
         self.artifacts = artifacts
         self.forks = forks
         self.extra = dict(extra or {})
+        # host -> its shared cache's key (llmgw.weights.shared): one fetch per shared cache
+        self.shared_cache = shared_cache
 
     @property
     def routers(self) -> list[str]:
@@ -82,8 +86,8 @@ class Hosts:
         vars_ = {**self.extra, **extravars}
         if targets is not None:
             vars_["llmgw_apply_targets"] = _pattern(targets)
-        result = run_playbook(resources.playbook(playbook), self.inventory_path, extravars=vars_, forks=self.forks,
-                              on_event=on_event, capture=capture)
+        result = run_playbook(ansible_content.playbook(playbook), self.inventory_path, extravars=vars_,
+                              forks=self.forks, on_event=on_event, capture=capture)
         if not result.ok:
             detail = [f"{h}: {why}" for h, why in sorted(result.host_errors.items())] or result.output_tail[-8:]
             raise RunnerError(f"{step} failed on {', '.join(sorted(result.host_errors)) or 'the hosts'}",
@@ -97,6 +101,8 @@ class Hosts:
         if not weights and not shards:
             return
         artifacts = str(self.artifacts) if self.artifacts is not None else ""
+        if self.shared_cache is not None:
+            weights = fetch_once(weights, self.shared_cache)
         fetchers = _pattern(list(weights)) or "all:!all"  # a play needs a pattern; this one matches none
         # Whole Hugging Face repositories: hosts install huggingface_hub from an archive built here.
         hub = {"llmgw_weights_wheelhouse": str(hub_wheelhouse())} \

@@ -9,7 +9,9 @@ parsed here, so reading a new output format is an upgrade of the control host on
 """
 
 from llmgw.fabric.index import FabricIndex, fabrics_from_facts
-from llmgw.fabric.model import (
+from llmgw.fabric.parse import parse_ibnetdiscover
+from llmgw.fabric.rates import Rate
+from llmgw.fabric.structure import (
     Adapter,
     End,
     Endpoint,
@@ -20,8 +22,6 @@ from llmgw.fabric.model import (
     Switch,
     Tier,
 )
-from llmgw.fabric.parse import parse_ibnetdiscover
-from llmgw.fabric.rates import Rate
 
 __all__ = [
     "Adapter",

@@ -11,7 +11,9 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 
 from llmgw.fabric.graph import Graph, RawCable, RawNode, RawPort
-from llmgw.fabric.model import (
+from llmgw.fabric.rails import compute_rails
+from llmgw.fabric.rates import Rate
+from llmgw.fabric.structure import (
     Adapter,
     End,
     Endpoint,
@@ -22,8 +24,6 @@ from llmgw.fabric.model import (
     Switch,
     natural_key,
 )
-from llmgw.fabric.rails import compute_rails
-from llmgw.fabric.rates import Rate
 
 _KIND_ORDER: dict[LinkKind, int] = {"host": 0, "switch": 1, "other": 2}
 _FAR = 1 << 30  # sorts switches no adapter reaches after every tier

@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from llmgw.errors import FabricError
-from llmgw.fabric.model import Adapter, Fabric, natural_key
 from llmgw.fabric.parse import parse_ibnetdiscover
 from llmgw.fabric.rails import rail_places, sets_aligned
-from llmgw.facts.model import HostFacts
+from llmgw.fabric.structure import Adapter, Fabric, natural_key
+from llmgw.facts.records import HostFacts
 
 
 @dataclass

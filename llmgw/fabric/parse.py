@@ -9,8 +9,8 @@ from __future__ import annotations
 from llmgw.errors import FabricError
 from llmgw.fabric.build import build_fabrics
 from llmgw.fabric.graph import Graph
-from llmgw.fabric.model import Fabric
 from llmgw.fabric.ports_text import looks_like_ports, parse_ports
+from llmgw.fabric.structure import Fabric
 from llmgw.fabric.topology_text import looks_like_topology, parse_topology
 
 

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from llmgw.fabric.model import Adapter, Rails, natural_key
+from llmgw.fabric.structure import Adapter, Rails, natural_key
 
 K = TypeVar("K")
 

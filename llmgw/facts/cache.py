@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from llmgw.errors import FactsError
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.yamlio import atomic_write
 
 SUFFIX = ".json"

@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from llmgw import resources
+from llmgw import ansible_content
 from llmgw.errors import UsageError
 from llmgw.facts.cache import read_facts, write_facts
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.inventory import ansible_bin, load_inventory
 from llmgw.runner import RunEvent, TaskResult, run_playbook
 from llmgw.site import Site
@@ -175,7 +175,7 @@ def gather(site: Site, *, limit: str | None = None, forks: int = 20, install_nvm
                 progress(GatherEvent("fabric_done", host=ev.host, ok=bool(text),
                                      message=reason or f"{len(text or '')} bytes of ibnetdiscover output"))
 
-    run = run_playbook(resources.playbook(PLAYBOOK), site.inventory, forks=forks, capture=CAPTURED,
+    run = run_playbook(ansible_content.playbook(PLAYBOOK), site.inventory, forks=forks, capture=CAPTURED,
                        extravars={"llmgw_facts_targets": ",".join(targets), "llmgw_install_nvml": install_nvml},
                        on_event=on_event)
     previous = read_facts(site.facts_dir)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
-from llmgw.facts.model import Filesystem, Gpu, HostFacts
+from llmgw.facts.records import Filesystem, Gpu, HostFacts
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange

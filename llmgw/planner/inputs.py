@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmgw.catalog import Catalog
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.inventory import Host
 from llmgw.site import PortRange
 from llmgw.state import State

@@ -11,7 +11,7 @@ from pathlib import Path
 from llmgw.catalog import load_catalog
 from llmgw.fabric import fabrics_from_facts
 from llmgw.facts.cache import read_facts
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.inventory import load_inventory
 from llmgw.planner.inputs import FabricIndex, PlanInputs
 from llmgw.site import Site

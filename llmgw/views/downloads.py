@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from llmgw import resources
+from llmgw import ansible_content
 from llmgw.runner import run_playbook
 from llmgw.views.sitedata import SiteData
 from llmgw.weights.names import cache_name
@@ -57,7 +57,7 @@ def fetch_downloads(data: SiteData) -> Mapping[tuple[str, str], Mapping[str, Any
     if not files:
         return {}
     nodes = sorted(files)
-    result = run_playbook(resources.playbook("downloads.yml"), data.site.inventory, limit=",".join(nodes),
+    result = run_playbook(ansible_content.playbook("downloads.yml"), data.site.inventory, limit=",".join(nodes),
                           extravars={"llmgw_downloads_targets": ",".join(nodes), "llmgw_downloads_files": files},
                           capture=(TASK,), forks=max(1, min(len(nodes), 50)))
     out: dict[tuple[str, str], Mapping[str, Any]] = {}

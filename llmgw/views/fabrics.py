@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.fabric import End, Fabric, Link
-from llmgw.fabric.model import TIER_ORDER, hexguid, natural_key
+from llmgw.fabric.structure import TIER_ORDER, hexguid, natural_key
 from llmgw.views.sitedata import SiteData
 
 # Eight rail colours that stay apart for most colour vision (Okabe-Ito, darkened yellow).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw import resources
+from llmgw import ansible_content
 from llmgw.runner import run_playbook
 from llmgw.site import Site
 from llmgw.state import Replica
@@ -24,7 +24,7 @@ def fetch_logs(site: Site, replica: Replica, lines: int) -> dict[str, Any]:
     for s in shards:
         units.setdefault(s.node, []).append(s.unit)
     nodes = sorted(units)
-    result = run_playbook(resources.playbook("logs.yml"), site.inventory, limit=",".join(nodes),
+    result = run_playbook(ansible_content.playbook("logs.yml"), site.inventory, limit=",".join(nodes),
                           extravars={"llmgw_logs_targets": ",".join(nodes), "llmgw_logs_units": units,
                                      "llmgw_logs_lines": lines},
                           capture=(TASK,), forks=max(1, min(len(nodes), 50)))

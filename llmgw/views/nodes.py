@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.facts.model import Filesystem, HostFacts
+from llmgw.facts.records import Filesystem, HostFacts
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
 

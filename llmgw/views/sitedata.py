@@ -21,7 +21,7 @@ from llmgw.catalog import Catalog, load_catalog
 from llmgw.errors import FabricError
 from llmgw.fabric import FabricIndex, fabrics_from_facts
 from llmgw.facts.cache import read_facts
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.inventory import Inventory, load_inventory
 from llmgw.planner import Plan, PlanInputs, make_plan
 from llmgw.planner.load import weight_sizes

@@ -6,7 +6,7 @@ without llmgw installed; loading that very file here keeps one definition, not t
 
 from __future__ import annotations
 
-from llmgw.resources import module_util
+from llmgw.ansible_content import module_util
 
 
 def cache_name(source: str) -> str:

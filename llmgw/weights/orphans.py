@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from llmgw.catalog import Catalog
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.state import State
 from llmgw.weights.names import cache_name
 

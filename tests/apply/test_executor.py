@@ -156,7 +156,7 @@ def test_a_stale_or_foreign_plan_is_refused(site: Site) -> None:
 
 
 def test_multi_node_shards_get_their_fabric_adapters(site: Site) -> None:
-    from llmgw.apply.site import fabric_hcas
+    from llmgw.apply.wiring import fabric_hcas
 
     plan = plan_of(site)
     multi = [r for r in plan.desired.replicas if len(r.shards) > 1]

@@ -12,7 +12,7 @@ import pytest
 
 from llmgw.errors import FabricError
 from llmgw.fabric import FabricIndex, fabrics_from_facts, parse_ibnetdiscover
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from tests.support.cli import run_cli
 from tests.support.fabric_gen import three_tier
 

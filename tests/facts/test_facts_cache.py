@@ -9,7 +9,7 @@ import pytest
 
 from llmgw.errors import FactsError
 from llmgw.facts.cache import facts_path, read_facts, write_facts
-from llmgw.facts.model import Gpu, HostFacts
+from llmgw.facts.records import Gpu, HostFacts
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw import resources
+from llmgw import ansible_content
 from llmgw.errors import RunnerError
 from llmgw.runner import RunEvent, ansible_env, run_playbook
 
@@ -115,7 +115,7 @@ def test_a_playbook_ansible_cannot_run_is_an_error(tmp_path: Path) -> None:
 
 def test_missing_inventory_or_playbook(tmp_path: Path) -> None:
     with pytest.raises(RunnerError, match="no inventory"):
-        run_playbook(resources.playbook("facts.yml"), tmp_path / "nope")
+        run_playbook(ansible_content.playbook("facts.yml"), tmp_path / "nope")
     with pytest.raises(RunnerError, match="no playbook"):
         run_playbook(tmp_path / "nope.yml", inventory(tmp_path))
 

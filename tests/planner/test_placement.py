@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw.facts.model import Weights
+from llmgw.facts.records import Weights
 from llmgw.planner import MapFabrics, Plan, make_plan
 from llmgw.weights.names import cache_name
 from tests.support.plan_inputs import cpu_profile, facts, gpu_profile, gpus, host, inputs, model

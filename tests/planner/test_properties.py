@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmgw.catalog import Model
-from llmgw.facts.model import HostFacts
+from llmgw.facts.records import HostFacts
 from llmgw.inventory import Host
 from llmgw.planner import MapFabrics, Plan, PlanInputs, make_plan
 from llmgw.planner.fleet import BYTES_PER_GB

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.facts.model import Weights
+from llmgw.facts.records import Weights
 from llmgw.inventory import Host
 from llmgw.planner import Plan, make_plan
 from llmgw.planner.explain import explain, explanation_json, render_explanation

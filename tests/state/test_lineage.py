@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.errors import PlanError
-from llmgw.facts.model import HostFacts, Unit
+from llmgw.facts.records import HostFacts, Unit
 from llmgw.planner import make_plan
 from llmgw.state import State
 from tests.support.plan_inputs import cpu_profile, facts, host, inputs, model

@@ -16,13 +16,13 @@ from typing import Any
 
 import pynvml
 
-from llmgw import resources
+from llmgw import ansible_content
 
 PREFIX = "ansible_collections.llmgw.cluster.plugins"
 
 
 def _on_path() -> None:
-    path = str(resources.collections_path())
+    path = str(ansible_content.collections_path())
     if path not in sys.path:
         sys.path.insert(0, path)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from llmgw.catalog import Model
 from llmgw.catalog.load import Catalog, Located
-from llmgw.facts.model import Filesystem, Gpu, HostFacts, Unit, Weights
+from llmgw.facts.records import Filesystem, Gpu, HostFacts, Unit, Weights
 from llmgw.inventory import Host, NodeState
 from llmgw.planner import MapFabrics, PlanInputs
 from llmgw.planner.fleet import BYTES_PER_GB

@@ -11,7 +11,7 @@ import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
-from llmgw.facts.model import Filesystem, Gpu, HostFacts, Unit, Weights
+from llmgw.facts.records import Filesystem, Gpu, HostFacts, Unit, Weights
 from llmgw.weights.names import cache_name
 from llmgw.weights.sources import SourceInfo, write_source
 

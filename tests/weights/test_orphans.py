@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.facts.cache import read_facts, write_facts
-from llmgw.facts.model import Weights
+from llmgw.facts.records import Weights
 from llmgw.state import Replica, Shard, State, write_state
 from llmgw.weights.names import cache_name
 from tests.support.cli import run_cli
