@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from llmgw.errors import FactsError
+from llmgw.errors import FactsError, LlmgwError
 from llmgw.facts.records import HostFacts
-from llmgw.yamlio import atomic_write
+from llmgw.yamlio import FileError, atomic_write, read_text
 
 SUFFIX = ".json"
 
@@ -44,9 +44,13 @@ def read_facts(facts_dir: Path) -> dict[str, HostFacts]:
         if path.name.startswith(".") or not path.is_file():
             continue
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise FactsError(f"cannot read facts file {path}: {exc.strerror}", path=str(path)) from None
+            # bounded and UTF-8 only: facts are committed with the site, so a pull request may change them
+            text = read_text(path)
+        except FileError as exc:
+            raise FactsError(f"facts file {exc}", path=str(path),
+                             hint="delete the file and run `llmgw facts` to gather it again") from None
+        except LlmgwError as exc:
+            raise FactsError(f"cannot read facts file {path}: {exc}", path=str(path)) from None
         try:
             facts = HostFacts.model_validate_json(text)
         except ValidationError as exc:

@@ -32,6 +32,10 @@ def read_state(path: Path) -> State:
         return State(lineage="")
     except OSError as exc:
         raise StateError(f"cannot read state file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # say where, as for every file llmgw reads
+        line = path.read_bytes().count(b"\n", 0, exc.start) + 1
+        raise StateError(f"state file {path}:{line}: is not UTF-8 text (byte offset {exc.start})",
+                         hint="restore the state file from its backend or version control") from None
     return parse_state(text, f"state file {path}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -40,6 +41,23 @@ def weights_host_vars(site: Site) -> dict[str, object]:
         return {}
     return {"llmgw_weights_hf_endpoint": site.config.mirror,
             "llmgw_weights_hf_allow_http": site.config.mirror.startswith("http://")}
+
+
+def reachable(source: str, endpoint: str) -> bool:
+    """May `catalog validate` inspect `source`? hf:// and file:// (resolved to the endpoint or
+    read here), and http(s) URLs on the endpoint's own scheme, host and port; nothing else."""
+    parts = urlsplit(source)
+    if parts.scheme in ("hf", "file"):
+        return True
+    try:
+        mine = urlsplit(endpoint)
+        return (parts.scheme, parts.hostname, parts.port or _PORTS.get(parts.scheme)) == \
+            (mine.scheme, mine.hostname, mine.port or _PORTS.get(mine.scheme))
+    except ValueError:  # a port that is not a number
+        return False
+
+
+_PORTS = {"http": 80, "https": 443}
 
 
 def model_spec(model: Model) -> str:
@@ -80,6 +98,12 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
     wanted = llamacpp_sources(catalog)
     repos = repo_specs(catalog)
     todo = [s for s in sorted({*wanted, *repos}) if refresh or s not in out.sources]
+    if inspect:
+        # validate runs on untrusted pull requests: it contacts only the site's endpoint
+        refused = [s for s in todo if not reachable(s, hf_endpoint(site))]
+        todo = [s for s in todo if s not in refused]
+        out.notes.extend(f"{s}: not inspected: catalog validate contacts only the site's endpoint "
+                         f"{hf_endpoint(site)} (`mirror:` in llmgw.yaml)" for s in refused)
     if inspect and todo:
         with httpx.Client(timeout=30) as client:
             for source in todo:

@@ -18,13 +18,13 @@ from urllib.parse import unquote, urlparse
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from llmgw.errors import FactsError, WeightsError
+from llmgw.errors import FactsError, LlmgwError, WeightsError
 from llmgw.weights.gguf import Fetch, file_fetcher, http_fetcher, read_header
 from llmgw.weights.hub import HUB, is_repo_source, parse_repo
 from llmgw.weights.hub import resolve as resolve_repo
 from llmgw.weights.names import cache_name
 from llmgw.weights.servable import tensor_types
-from llmgw.yamlio import atomic_write
+from llmgw.yamlio import atomic_write, read_text
 
 
 class SourceInfo(BaseModel):
@@ -140,8 +140,8 @@ def read_sources(facts_dir: Path) -> dict[str, SourceInfo]:
         return out
     for path in sorted(folder.glob("*.json")):
         try:
-            info = SourceInfo.model_validate_json(path.read_text())
-        except (ValidationError, OSError) as exc:
+            info = SourceInfo.model_validate_json(read_text(path))
+        except (ValidationError, LlmgwError) as exc:
             raise FactsError(f"{path} is not a llmgw source record: {exc}",
                              hint="delete it; `llmgw catalog validate` inspects the source again") from None
         out[info.source] = info
