@@ -17,6 +17,7 @@ from llmgw.facts.records import Filesystem, Gpu, HostFacts
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange
+from llmgw.weights.shared import declared_dir
 
 MB_PER_GB = 1024
 BYTES_PER_GB = 1024**3
@@ -141,7 +142,10 @@ def node_view(ordinal: int, host: Host, facts: HostFacts | None, fabrics: Fabric
     fs = _cache_fs(host, facts)
     # A shared filesystem is one pool however many nodes mount it: weights fetched onto it
     # once serve them all, and its free space is spent once.
-    disk_key = None if fs is None else (f"shared:{fs.device}" if fs.shared else f"{host.name}:{fs.mount}")
+    # A folder the inventory declares shared (llmgw_shared_dirs) counts the same way.
+    declared = declared_dir(host)
+    disk_key = None if fs is None else (f"shared:{fs.device}" if fs.shared else
+                                        f"shared:declared:{declared}" if declared else f"{host.name}:{fs.mount}")
     weights = (facts.weights if facts else None) or []
     files = [w for w in weights if not w.cache]
     fabric_ids = tuple(sorted(fabrics.fabrics_of(host.name)))
