@@ -8,14 +8,16 @@ from llmgw.apply.executor import Applier, Say
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.apply.wheelhouse import wheelhouse
 from llmgw.errors import LlmgwError
+from llmgw.facts import HostFacts
 from llmgw.facts.cache import read_facts
-from llmgw.inventory import load_inventory
+from llmgw.inventory import Inventory, load_inventory
 from llmgw.planner import Plan
 from llmgw.planner.inputs import FabricIndex
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
 from llmgw.state import StateBackend, WriteMeta, backend_for
 from llmgw.weights.check import weights_host_vars
+from llmgw.weights.shared import shared_cache_key
 
 
 def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") -> Hosts:
@@ -23,8 +25,29 @@ def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") 
     dashboard = {"llmgw_router_site_catalog": str(site.catalog_dir),
                  "llmgw_router_site_facts": str(site.facts_dir) if site.facts_dir.is_dir() else "",
                  "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else ""}
-    return Hosts(site.inventory, load_inventory(site.inventory), artifacts=artifacts, forks=forks,
-                 engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site))
+    inventory = load_inventory(site.inventory)
+    return Hosts(site.inventory, inventory, artifacts=artifacts, forks=forks,
+                 engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site),
+                 shared_cache=shared_caches(site, inventory))
+
+
+def shared_caches(site: Site, inventory: Inventory) -> Callable[[str], str | None]:
+    """node -> the key of its shared weights cache (facts or llmgw_shared_dirs), else None;
+    the facts are read on first use."""
+    facts: list[dict[str, HostFacts]] = []
+
+    def key(node: str) -> str | None:
+        host = inventory.nodes.get(node)
+        if host is None:
+            return None
+        if not facts:
+            try:
+                facts.append(read_facts(site.facts_dir))
+            except LlmgwError:
+                facts.append({})
+        return shared_cache_key(host, facts[0].get(node))
+
+    return key
 
 
 def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:
