@@ -15,6 +15,7 @@ from llmgw import __version__
 from llmgw.cli import (
     apply_cmd,
     catalog_cmd,
+    controller_cmd,
     edit_cmd,
     fabrics_cmd,
     facts_cmd,
@@ -47,6 +48,7 @@ COMMAND_MODULES = [
     show_cmd,
     apply_cmd,
     state_cmd,
+    controller_cmd,
     edit_cmd,
     views_cmd,
     weights_cmd,

@@ -23,7 +23,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,7 @@ class PostgresBackend(StateBackend):
         self._password = password
         self._mutex = threading.Lock()
         self._held: LockInfo | None = None
-        self._lost: str | None = None
+        self._lost: dict[str, str] = {}  # lease name -> why it was lost while held
         self._conn = self._connect()
         self._migrate()
 
@@ -119,6 +119,11 @@ class PostgresBackend(StateBackend):
                     yield cur
             except psycopg.Error as exc:
                 raise StateError(f"the state at {self.where}: {_first_line(exc)}") from None
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A cursor in one transaction on this backend's connection, for tables kept beside the
+        state (the controller's runs)."""
+        return self._tx()
 
     def _migrate(self) -> None:
         with self._tx() as cur:
@@ -222,7 +227,7 @@ class PostgresBackend(StateBackend):
         row = cur.fetchone()
         live = row is not None and row[5]
         if self._held is not None:
-            if self._lost is not None or not live or row[0] != self._held.id:
+            if STATE_LOCK in self._lost or not live or row[0] != self._held.id:
                 raise StateError(f"this process lost its lock on the state at {self.where} (its lease ran out"
                                  + (f"; now held by {row[1]}" if live and row[0] != self._held.id else "") + ")",
                                  hint="nothing more was written; make a new plan and apply again")
@@ -270,8 +275,8 @@ class PostgresBackend(StateBackend):
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect()
                 if self._renew(conn, name, info.id) is None:
-                    self._lost = f"the lease on {name} ran out before it was renewed"
-                    log.error("lost the %s lock %s: %s", name, info.id, self._lost)
+                    self._lost[name] = f"the lease on {name} ran out before it was renewed"
+                    log.error("lost the %s lock %s: %s", name, info.id, self._lost[name])
                     break
             except (psycopg.Error, StateError) as exc:
                 log.warning("could not renew the %s lease (%s); retrying", name, exc)
@@ -282,6 +287,7 @@ class PostgresBackend(StateBackend):
     def lease_on(self, name: str, operation: str, *, holder: str | None = None) -> Iterator[LockInfo]:
         """Hold the lease `name` while the block runs, renewing it; refused at once when held."""
         who = holder or f"{default_author()} pid {os.getpid()}"
+        self._lost.pop(name, None)
         info = self._take(name, operation, who)
         if info is None:
             current = self._holder(name)
@@ -306,7 +312,7 @@ class PostgresBackend(StateBackend):
         if self._held is not None:
             raise StateError("this process already holds the state lock")
         with self.lease_on(STATE_LOCK, operation) as info:
-            self._held, self._lost = info, None
+            self._held = info
             try:
                 yield info
             finally:
@@ -314,6 +320,13 @@ class PostgresBackend(StateBackend):
 
     def lock_info(self) -> LockInfo | None:
         return self._holder(STATE_LOCK)
+
+    def lease_lost(self, name: str) -> str | None:
+        """Why the lease `name` this process holds was lost (not renewed in time), or None."""
+        return self._lost.get(name)
+
+    def lease_holder(self, name: str) -> LockInfo | None:
+        return self._holder(name)
 
     def unlock(self, lock_id: str) -> LockInfo:
         with self._tx() as cur:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers import run_cli
 
 from llmgw.facts.cache import read_facts
 from llmgw.site import Site
 from llmgw.state import WriteMeta, backend_for
+from tests.support.cli import run_cli
 from tests.support.lab import Lab, lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.postgres]

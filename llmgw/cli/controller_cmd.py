@@ -1,0 +1,100 @@
+"""`llmgw controller run|runs` and `llmgw approve RUN`: pull-style GitOps on the bastion."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from llmgw.cli import output
+from llmgw.cli.context import AppContext, pass_app
+from llmgw.state import backend_for, default_author
+
+
+@click.group("controller")
+def controller_group() -> None:
+    """Follow the site's git branch: plan each commit, apply what policy allows, keep the runs."""
+
+
+@controller_group.command("run")
+@click.option("--branch", default="main", show_default=True, help="The branch of the site's repository to follow.")
+@click.option("--remote", default="origin", show_default=True, help="The remote the site folder fetches from.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds between looks at the branch.")
+@click.option("--policy", type=click.Choice(["auto", "approve", "auto-all"]), default="auto", show_default=True,
+              help="auto: apply plans that destroy nothing, the rest waits for `llmgw approve`; approve: every "
+                   "plan waits; auto-all: apply everything.")
+@click.option("--grace", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="Seconds drained replicas get to finish their requests.")
+@click.option("--listen", default="127.0.0.1:8095", show_default=True, metavar="ADDR",
+              help="Admin API (status, runs, approval); keep it on loopback.")
+@pass_app
+def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: str, grace: float,
+            listen: str) -> None:
+    """Run the controller in the foreground (the llmgw_controller role runs it under systemd).
+
+    The site folder (-C) is a clone of the site's repository; the controller checks out each
+    commit of BRANCH there. With a PostgreSQL state, several controllers elect one leader."""
+    import uvicorn
+
+    from llmgw.controller import Controller
+    from llmgw.controller.api import controller_app
+    from llmgw.router.server import parse_addr
+
+    host, port = parse_addr(listen, default_host="127.0.0.1")
+    controller = Controller(app.site.root, branch=branch, remote=remote, policy=policy, grace=grace,
+                            say=lambda line: click.echo(line, err=True))
+    server = uvicorn.Server(uvicorn.Config(controller_app(controller), host=host, port=port, log_level="warning",
+                                           access_log=False))
+    api = threading.Thread(target=server.run, name="llmgw-controller-api", daemon=True)
+    api.start()
+    stop = threading.Event()
+
+    def on_signal(_sig: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    click.echo(f"{controller.name}: following {remote}/{branch} every {interval:g} s, policy {policy}; "
+               f"admin API on http://{host}:{port}", err=True)
+    try:
+        controller.serve_forever(interval, stop)
+    finally:
+        server.should_exit = True
+        api.join(10)
+        controller.backend.close()
+
+
+@controller_group.command("runs")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@pass_app
+def runs_cmd(app: AppContext, as_json: bool) -> None:
+    """The controller's runs, newest first: commit, plan summary, result."""
+    from llmgw.controller import runs_for
+
+    with backend_for(app.site) as backend:
+        runs = runs_for(backend).all()
+    if as_json:
+        output.print_json({"runs": [r.as_json() for r in runs]})
+        return
+    output.console.print(output.table(["RUN", "COMMIT", "STATUS", "PLAN", "UPDATED", "APPROVED BY"],
+                                      [[str(r.id), r.commit[:12], r.status, r.summary, r.updated_at,
+                                        r.approved_by or "-"] for r in runs]))
+
+
+@click.command("approve")
+@click.argument("run_id", type=click.IntRange(min=1))
+@pass_app
+def approve_cmd(app: AppContext, run_id: int) -> None:
+    """Approve controller run RUN_ID (a plan that destroys something); the leader applies it next."""
+    from llmgw.controller import runs_for
+
+    with backend_for(app.site) as backend:
+        run = runs_for(backend).approve(run_id, default_author())
+    click.echo(f"Approved run {run.id} ({run.commit[:12]}: {run.summary}); the controller applies it next.")
+
+
+# What `llmgw` attaches to its group.
+COMMANDS: list[click.Command] = [controller_group, approve_cmd]
