@@ -437,8 +437,9 @@ class Lab:
                 for h, v in hosts.items() if isinstance(v, dict)}
 
     def _link_engine(self) -> None:
-        """Point the site's engine artifact folder at the cached llama-server build and its caps."""
-        for name in ("llama-server", CAPS_FILE):
+        """Point the site's engine artifact folder at the cached llama.cpp build (llama-server,
+        the rpc-server of multi-node workers) and its caps."""
+        for name in ("llama-server", "rpc-server", CAPS_FILE):
             target = cache_root() / "engine" / name
             link = self.dir / "engine" / name
             link.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import ansible_content
-from llmgw.apply.wheelhouse import hub_wheelhouse
+from llmgw.apply.wheelhouse import engine_wheelhouse, hub_wheelhouse
+from llmgw.engines import python_requirement
 from llmgw.errors import RunnerError
 from llmgw.inventory import Inventory
 from llmgw.runner import RunEvent, RunResult, run_playbook
@@ -108,9 +109,14 @@ class Hosts:
         hub = {"llmgw_weights_wheelhouse": str(hub_wheelhouse())} \
             if any(is_repo_source(e["source"].partition("?")[0]) for es in weights.values() for e in es) \
             else {}
+        # vLLM and SGLang: hosts install them offline from archives of wheels built here.
+        reqs = sorted({python_requirement(str(e["engine"]), bool(e.get("gpus"))) for es in shards.values()
+                       for e in es if e.get("state", "present") == "present" and e.get("engine") in ("vllm", "sglang")})
+        engines = {"llmgw_engine_python_archives": {r: str(engine_wheelhouse(r)) for r in reqs}} if reqs else {}
         self._run(self.engines_playbook, step, list(shards),
                   {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,
-                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub}, progress)
+                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub, **engines},
+                  progress)
 
     def deliver(self, state_file: Path, wheelhouse: Path, *, serial: int, present: Sequence[str] = (),
                 idle: Sequence[str] = (), timeout: float = 60.0, state_only: bool = False,

