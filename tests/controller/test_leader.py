@@ -1,0 +1,116 @@
+"""Two controllers on one PostgreSQL state, each a real `llmgw controller run` process with its
+own clone of the site's repository: exactly one leads and applies; after `kill -9` of the
+leader the other takes over once the lease runs out, and applies the commits that follow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.controller.support import NEW, clone, commit, seed_applied, site_repo
+from tests.support.net import free_port
+
+pytestmark = pytest.mark.postgres
+
+LEASE = 2.0
+INTERVAL = 0.3
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+class Running:
+    def __init__(self, site: Path, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        env = {**os.environ, "LLMGW_STATE_LEASE": str(LEASE)}
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [str(Path(sys.executable).parent / "llmgw"), "-C", str(site), "controller", "run",
+                 "--interval", str(INTERVAL), "--listen", f"127.0.0.1:{self.port}"],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+
+    def status(self) -> dict[str, Any] | None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"controller exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/api/v1/controller", timeout=2).json()  # type: ignore[no-any-return]
+        except httpx.HTTPError:
+            return None
+
+    def runs(self) -> list[dict[str, Any]]:
+        return httpx.get(f"http://127.0.0.1:{self.port}/api/v1/runs", timeout=2).json()["runs"]  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def controllers(tmp_path: Path, pg_state: str) -> Iterator[tuple[Path, list[Running]]]:
+    repo = site_repo(tmp_path, pg_state)
+    one, two = clone(repo, tmp_path / "bastion-1"), clone(repo, tmp_path / "bastion-2")
+    seed_applied(one)
+    running = [Running(one, tmp_path / "c1.log"), Running(two, tmp_path / "c2.log")]
+    yield repo, running
+    for r in running:
+        r.stop()
+
+
+def test_one_leader_applies_and_a_survivor_takes_over_after_kill_9(controllers: tuple[Path, list[Running]]) -> None:
+    repo, (c1, c2) = controllers
+
+    def statuses() -> list[dict[str, Any]] | None:
+        got = [c1.status(), c2.status()]
+        return got if all(got) else None  # type: ignore[return-value]
+
+    def one_leader() -> list[dict[str, Any]] | None:
+        got = statuses()
+        return got if got and sum(s["leader"] for s in got) == 1 and all(s["last_commit"] or not s["leader"]
+                                                                          for s in got) else None
+
+    views = wait_for(one_leader, 30, "one controller to lead")
+    leader, standby = (c1, c2) if views[0]["leader"] else (c2, c1)
+    assert views[0 if standby is c1 else 1]["holder"] == views[0 if leader is c1 else 1]["name"]
+
+    added = commit(repo, {"catalog/new.yaml": NEW}, "add on-demand model new")
+    wait_for(lambda: any(r["commit"] == added and r["status"] == "applied" for r in leader.runs()), 30,
+             "the leader to apply the commit")
+    runs = leader.runs()
+    assert [r["commit"] for r in runs].count(added) == 1  # planned and applied once, by one controller
+    assert {r["controller"] for r in runs} == {views[0 if leader is c1 else 1]["name"]}
+
+    leader.proc.send_signal(signal.SIGKILL)
+    leader.proc.wait(10)
+    killed_at = time.monotonic()
+    wait_for(lambda: (standby.status() or {}).get("leader"), 6 * LEASE, "the standby to take over")
+    took = time.monotonic() - killed_at
+    print(f"takeover after kill -9: {took:.1f} s (lease {LEASE} s, interval {INTERVAL} s)")
+
+    scaled = commit(repo, {"catalog/new.yaml": NEW.replace("max: 1", "max: 2")}, "new scales to 2")
+    wait_for(lambda: any(r["commit"] == scaled and r["status"] == "applied" for r in standby.runs()), 30,
+             "the survivor to apply the next commit")
+    survivor = standby.status()
+    assert survivor is not None and survivor["name"] in {r["controller"] for r in standby.runs()}
