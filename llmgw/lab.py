@@ -83,8 +83,11 @@ def node_specs(count: int) -> list[NodeSpec]:
     """node1 large, the rest small: a coding profile fits only node1, a general one anywhere."""
     if not 1 <= count <= MAX_NODES:
         raise LabError(f"a lab has 1 to {MAX_NODES} nodes, not {count}", hint="pass --nodes 1..9")
+    # Limits, not reservations. A small node still holds vLLM's CPU build serving the tiny HF
+    # model (about 3 GB with VLLM_CPU_KVCACHE_SPACE=1) beside a llama.cpp shard, so a vLLM
+    # replica can move between nodes; node1 holds that and the router.
     specs = [NodeSpec("node1", 6144, {"role": "coding", "size": "large"})]
-    specs += [NodeSpec(f"node{i}", 3072, {"role": "general", "size": "small"}) for i in range(2, count + 1)]
+    specs += [NodeSpec(f"node{i}", 4608, {"role": "general", "size": "small"}) for i in range(2, count + 1)]
     return specs[:count]
 
 
