@@ -34,6 +34,7 @@ from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import AUTH_EXEMPT_PATHS, KeyCache
 from llmgw.router.calls import Call, read_body
 from llmgw.router.endpoints import match, methods_for, served
+from llmgw.router.engine_keys import ENGINE_KEYS_FILE, EngineKeys
 from llmgw.router.health import HealthChecker
 from llmgw.router.landing import landing_page
 from llmgw.router.metrics import RouterMetrics
@@ -70,13 +71,15 @@ class Router:
         self.clock = Clock()
         self.recorder = UsageRecorder()
         self.usage_sync = UsageSync(store, self.keys, self.recorder, self.clock, settings.usage_flush_interval)
-        self.watcher = StateWatcher(state_path, self.apply_state, settings.state_poll_interval)
+        self.engine_keys = EngineKeys(state_path.with_name(ENGINE_KEYS_FILE))  # what each engine wants to see
+        self.watcher = StateWatcher(state_path, self.apply_state, settings.state_poll_interval, self.engine_keys)
         self.ondemand = OnDemand(activator, settings, lambda: self.table, lambda: self._changed,
                                  self.watcher.poke)
         self.health = HealthChecker(session, lambda: self.table, settings, self.notify)
         self.quotas = Quotas(store, self.recorder, self.clock, settings)
         self.proxy = Proxy(settings=settings, session=session, table=lambda: self.table, metrics=self.metrics,
-                           recorder=self.recorder, clock=self.clock, ondemand=self.ondemand, quotas=self.quotas)
+                           recorder=self.recorder, clock=self.clock, ondemand=self.ondemand, quotas=self.quotas,
+                           engine_keys=self.engine_keys)
         self.responses = ResponseAffinity()  # which replica produced each Responses API id
         self._tasks: list[asyncio.Task[None]] = []
 

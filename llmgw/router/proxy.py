@@ -40,6 +40,7 @@ import aiohttp
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import Principal
 from llmgw.router.calls import Call, read_body
+from llmgw.router.engine_keys import EngineKeys
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
@@ -197,7 +198,7 @@ def _tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
 class Proxy:
     def __init__(self, *, settings: RouterSettings, session: aiohttp.ClientSession,
                  table: Callable[[], RoutingTable], metrics: RouterMetrics, recorder: UsageRecorder,
-                 clock: Clock, ondemand: OnDemand, quotas: Quotas) -> None:
+                 clock: Clock, ondemand: OnDemand, quotas: Quotas, engine_keys: EngineKeys) -> None:
         self.settings = settings
         self.session = session
         self.table = table
@@ -206,6 +207,7 @@ class Proxy:
         self.clock = clock
         self.ondemand = ondemand
         self.quotas = quotas
+        self.engine_keys = engine_keys
         self.flights: set[Flight] = set()
         self.policy = EjectionPolicy(threshold=settings.eject_after_failures, max_share=settings.max_ejected_share,
                                      base=settings.backoff_base, cap=settings.backoff_max)
@@ -341,6 +343,7 @@ class Proxy:
             flight.deadline = min(time.monotonic() + settings.first_byte_timeout, deadline)
             try:
                 method, url, data, headers = flight.call.upstream(replica, body)
+                self.engine_keys.authorize(replica.id, headers)  # engines answer only the router
                 resp = await session.request(method, url, data=data, headers=headers)
                 if resp.status in _RETRYABLE_STATUS:
                     await resp.read()

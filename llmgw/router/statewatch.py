@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmgw.errors import StateError
+from llmgw.router.engine_keys import EngineKeys
 from llmgw.state import State, read_state
 
 log = logging.getLogger("llmgw.router")
@@ -31,9 +32,12 @@ def _signature(path: Path) -> Signature:
 
 
 class StateWatcher:
-    def __init__(self, path: Path, apply: Callable[[State], None], interval: float = 0.5) -> None:
+    def __init__(self, path: Path, apply: Callable[[State], None], interval: float = 0.5,
+                 engine_keys: EngineKeys | None = None) -> None:
         self.path = path
         self.apply = apply
+        # Delivered beside the state (before it): checked on the same tick, read first.
+        self.engine_keys = engine_keys
         self.interval = interval
         self.signature: Signature = None
         self.error: str | None = None
@@ -41,6 +45,8 @@ class StateWatcher:
 
     def load_now(self) -> None:
         """First load, synchronously: a broken state file at start is an error, not a warning."""
+        if self.engine_keys is not None:
+            self.engine_keys.refresh()
         self.signature = _signature(self.path)
         try:
             state = read_state(self.path)
@@ -76,6 +82,8 @@ class StateWatcher:
         self.error = message
 
     async def check(self) -> None:
+        if self.engine_keys is not None:
+            self.engine_keys.refresh()
         try:
             sig = _signature(self.path)
         except OSError as exc:

@@ -1,0 +1,108 @@
+"""Engines answer only through the router: a real llama-server that requires its replica's
+key (given through its environment, as the engine unit's EnvironmentFile does), and the
+real router that shows it that key from the 0600 file apply delivers beside the state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmgw.router.engine_keys import ENGINE_KEYS_FILE
+from llmgw.store import Store
+from tests.support.net import free_port
+from tests.support.router import (
+    ENGINE,
+    HTTP,
+    MODEL,
+    RunningRouter,
+    StateFile,
+    model,
+    replica,
+    require_engine,
+    wait_until,
+)
+
+pytestmark = pytest.mark.engine
+
+KEY = "llmgw-engine-" + "k" * 40
+BODY = {"model": "tiny", "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 2}
+
+
+@pytest.fixture
+def keyed_engine(tmp_path: Path) -> Iterator[str]:
+    """llama-server requiring KEY, read from LLAMA_API_KEY (never its command line)."""
+    require_engine()
+    port = free_port()
+    log = tmp_path / "engine.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(ENGINE), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+                                 "--parallel", "2", "-c", "2048", "--threads", "1", "--alias", "tiny"],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "LLAMA_API_KEY": KEY})
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            return HTTP.get(endpoint + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, 60, "llama-server with an API key")
+        assert KEY not in Path(f"/proc/{proc.pid}/cmdline").read_text()
+        yield endpoint
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def write_keys(state: StateFile, keys: dict[str, str], mode: int = 0o600) -> Path:
+    path = state.path.with_name(ENGINE_KEYS_FILE)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(keys))
+    tmp.chmod(mode)
+    tmp.replace(path)
+    return path
+
+
+def ask(router: RunningRouter, key: str) -> httpx.Response:
+    return HTTP.post(router.base_url + "/v1/chat/completions", json=BODY, headers={"Authorization": f"Bearer {key}"},
+                     timeout=60)
+
+
+def test_the_engine_refuses_anyone_but_the_router(keyed_engine: str, state: StateFile, sqlite_store: Store,
+                                                  start_router: Callable[..., RunningRouter]) -> None:
+    direct = HTTP.post(keyed_engine + "/v1/chat/completions", json=BODY, timeout=60)
+    assert direct.status_code == 401  # the network skipping the router gets nothing
+    write_keys(state, {"tiny-0": KEY})
+    state.write([model("tiny")], [replica("tiny-0", "tiny", keyed_engine)])
+    router = start_router(state.path)
+    _, client_key = sqlite_store.create_key("client")
+    r = ask(router, client_key)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_a_key_file_others_can_read_is_refused(keyed_engine: str, state: StateFile, sqlite_store: Store,
+                                               start_router: Callable[..., RunningRouter]) -> None:
+    state.write([model("tiny")], [replica("tiny-0", "tiny", keyed_engine)])
+    write_keys(state, {"tiny-0": KEY}, mode=0o644)
+    router = start_router(state.path)
+    assert router.server.router is not None
+    keys = router.server.router.engine_keys
+    assert keys.keys == {} and keys.error is not None and "0600" in keys.error
+    assert KEY not in keys.error
+    _, client_key = sqlite_store.create_key("client")
+    assert ask(router, client_key).status_code == 401  # the engine's refusal, passed on
+    write_keys(state, {"tiny-0": KEY})  # fixed: picked up without a restart
+    wait_until(lambda: keys.keys == {"tiny-0": KEY}, 10, "the router to read the fixed key file")
+    assert ask(router, client_key).status_code == 200
