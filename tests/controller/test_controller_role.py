@@ -1,0 +1,59 @@
+"""Role llmgw_controller's unit and secrets file, rendered by Ansible as the role renders
+them: the password only in the root-only environment file, every word of ExecStart quoted,
+and the unit accepted by `systemd-analyze verify`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "llmgw_controller"
+
+PLAYBOOK = """\
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files: [{defaults}]
+  tasks:
+    - ansible.builtin.template:
+        src: {role}/templates/llmgw-controller.service.j2
+        dest: "{out}/llmgw-controller.service"
+    - ansible.builtin.template: {{src: {role}/templates/controller.env.j2, dest: "{out}/controller.env"}}
+"""
+
+
+def render(tmp_path: Path, extra: dict[str, object]) -> tuple[str, str]:
+    play = tmp_path / "play.yml"
+    play.write_text(PLAYBOOK.format(defaults=ROLE / "defaults" / "main.yml", role=ROLE, out=tmp_path))
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0",
+           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+                           "-e", json.dumps({"ansible_python_interpreter": sys.executable, **extra})],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return (tmp_path / "llmgw-controller.service").read_text(), (tmp_path / "controller.env").read_text()
+
+
+def test_the_password_stays_out_of_the_unit_and_every_word_is_quoted(tmp_path: Path) -> None:
+    secret = 'pa"ss$wo`rd\\x'
+    unit, env = render(tmp_path, {"llmgw_controller_state_password": secret,
+                                  "llmgw_controller_branch": "release 1; rm -rf /",
+                                  "llmgw_controller_llmgw": "/bin/true"})
+    assert secret not in unit
+    assert "LLMGW_STATE_PASSWORD" not in unit and "EnvironmentFile=/etc/llmgw/controller.env" in unit
+    assert 'LLMGW_STATE_PASSWORD="pa\\"ss\\$wo\\`rd\\\\x"' in env
+    assert '"--branch" "release 1; rm -rf /"' in unit  # one word, never split or run
+    assert '"--listen" "127.0.0.1:8095"' in unit and "NoNewPrivileges=yes" in unit
+    # systemd-analyze checks the unit as systemd would load it (its binary must exist: /bin/true).
+    unit_file = tmp_path / "llmgw-controller.service"
+    unit_file.write_text(unit.replace("EnvironmentFile=/etc/llmgw/controller.env",
+                                      f"EnvironmentFile={tmp_path / 'controller.env'}"))
+    checked = subprocess.run(["systemd-analyze", "verify", f"{unit_file}:llmgw-controller.service"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    problems = [ln for ln in checked.stderr.splitlines() if "llmgw-controller.service" in ln
+                and "User=" not in ln and "Group=" not in ln]
+    assert not problems, checked.stderr
