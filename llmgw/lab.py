@@ -23,6 +23,9 @@ Node 1 is larger (more memory, label `size: large`, `role: coding`) than the oth
 is also the lab's router host (group `llmgw_routers`): the control host has no systemd.
 The tiny model reaches every host through a read-only mount of $LLMGW_CACHE/models at
 /srv/models, listed in `llmgw_model_dirs`, like a model share on a real fleet.
+
+Why long: `up`, `down` and `status` share the names, labels, key and inventory
+described above; apart, each would re-derive them.
 """
 
 from __future__ import annotations

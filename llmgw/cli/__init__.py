@@ -21,6 +21,7 @@ from llmgw.cli import (
     facts_cmd,
     keys_cmd,
     lab_cmd,
+    output,
     plan_cmd,
     router_cmd,
     show_cmd,
@@ -30,10 +31,9 @@ from llmgw.cli import (
     weights_cmd,
 )
 from llmgw.cli.context import AppContext, pass_app
-from llmgw.cli.output import print_error
 from llmgw.errors import LlmgwError
 
-__all__ = ["AppContext", "cli", "main", "pass_app"]
+__all__ = ["COMMAND_MODULES", "AppContext", "cli", "main", "pass_app"]
 
 # Each module lists its click commands in `COMMANDS`; this order is the order of `llmgw --help`.
 COMMAND_MODULES = [
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="llmgw", standalone_mode=False)
     except LlmgwError as exc:
-        print_error(exc)
+        output.print_error(exc)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)

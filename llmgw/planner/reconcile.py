@@ -15,6 +15,10 @@ How the state is reconciled, replica by replica:
 Units of the state's lineage that the state does not record are destroyed (drift); units
 of another lineage belong to another state and are left alone; an empty state while
 llmgw units run is refused (it is most likely the wrong state).
+
+Why long: one `_Planner` whose steps (classify the state, strays, scale down, replace,
+place new, finish) all read and take from the same fleet as this plan fills it; spread
+over modules, each step would pass that state around instead.
 """
 
 from __future__ import annotations

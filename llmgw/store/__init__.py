@@ -25,7 +25,10 @@ __all__ = [
     "GroupRecord",
     "KeyRecord",
     "MinuteCount",
+    "PostgresStore",
     "Refusal",
+    "SqlStore",
+    "SqliteStore",
     "Store",
     "Unset",
     "UsageDelta",
@@ -33,6 +36,7 @@ __all__ = [
     "default_store_url",
     "open_store",
     "redact_url",
+    "url_scheme",
 ]
 
 

@@ -1,0 +1,199 @@
+"""What keeps llmgw holdable: no import cycles, modules of a readable size, pinned package exports.
+
+The import graph is read from the source (ast), not by importing: every `import` and
+`from ... import` of an llmgw module, at module level or inside a function (a late
+import does not make a cycle go away), except those under `if TYPE_CHECKING:`.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "llmgw"
+MAX_LINES = 350
+# A module above MAX_LINES says why near its top, in a line starting with this.
+WHY_LONG = re.compile(r"^\s*(#\s*)?Why long: \S")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "ansible_data" not in p.parts}
+PACKAGES = sorted(name for name, p in MODULES.items() if p.name == "__init__.py")
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _resolve(importer: str, level: int, module: str | None) -> str:
+    if level == 0:
+        return module or ""
+    base = importer.split(".")
+    if MODULES[importer].name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def imports_of(name: str) -> set[str]:
+    """The llmgw modules `name` imports (the module itself when `from pkg import submodule`)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking_only(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(name, node.level, node.module)
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in MODULES else target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {m for m in found if m in MODULES and m != name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected component of more than one module, as one cycle through it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:  # Tarjan, recursive: the graph is a few hundred nodes
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return [_cycle_through(graph, comp) for comp in components]
+
+
+def _cycle_through(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """A shortest import path from comp[0] back to itself, inside the component."""
+    members, start = set(comp), comp[0]
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w == start:
+                    return [*paths[v], start]
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    return comp
+
+
+def test_the_cycle_finder_names_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_relative_imports_resolve() -> None:
+    assert _resolve("llmgw.planner.schema", 1, "spec") == "llmgw.planner.spec"
+    assert _resolve("llmgw.planner", 1, "schema") == "llmgw.planner.schema"
+    assert _resolve("llmgw.planner.schema", 2, "errors") == "llmgw.errors"
+
+
+def test_no_import_cycle_in_llmgw() -> None:
+    graph = {name: imports_of(name) for name in MODULES}
+    # the graph is read, not empty: a package's front door, a sibling, a late import inside a function
+    assert {"llmgw.planner.schema", "llmgw.planner.spec"} <= graph["llmgw.planner.reconcile"]
+    assert "llmgw.cli.apply_cmd" in graph["llmgw.cli"]
+    cycles = import_cycles(graph)
+    assert not cycles, "import cycles (break each, e.g. by moving what both need into a third module):\n" + \
+        "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_module_is_long_without_saying_why() -> None:
+    long = []
+    for path in MODULES.values():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if len(lines) > MAX_LINES and not any(WHY_LONG.match(line) for line in lines[:40]):
+            long.append(f"{path.relative_to(ROOT)}: {len(lines)} lines")
+    assert not long, (f"modules above {MAX_LINES} lines: split them by job, or write `Why long: ...` "
+                      "in their first 40 lines:\n" + "\n".join(long))
+
+
+def front_door(name: str) -> set[str]:
+    """What a package's __init__ offers: names it defines, and names it takes from its own modules.
+
+    Names it imports from elsewhere (the standard library, other llmgw packages) are its
+    plumbing, not its exports.
+    """
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(f"{name}."):
+            names.update(a.asname or a.name for a in node.names
+                         if f"{node.module}.{a.name}" not in MODULES)
+    return {n for n in names if not n.startswith("_")}
+
+
+def test_front_door_reads_definitions_and_own_imports() -> None:
+    assert {"Plan", "make_plan", "PLAN_VERSION"} <= front_door("llmgw.planner")
+    assert "AppContext" in front_door("llmgw.cli")
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_package_exports_are_pinned(name: str) -> None:
+    """Like httpx's test_exported_members: `__all__` lists exactly the package's front door."""
+    package = importlib.import_module(name)
+    exported = getattr(package, "__all__", None)
+    offered = front_door(name)
+    if exported is None:
+        assert not offered, f"{name} offers {sorted(offered)} but has no __all__"
+        return
+    assert len(exported) == len(set(exported)), f"{name}.__all__ repeats a name"
+    missing = [n for n in exported if not hasattr(package, n)]
+    assert not missing, f"{name}.__all__ names what it does not have: {missing}"
+    unlisted = offered - set(exported)
+    assert not unlisted, f"{name} offers names not in __all__ (list them, or make them private): {sorted(unlisted)}"
