@@ -22,7 +22,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from llmgw.cli import output
+from llmgw.cli import hub_cmd, output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import RunnerError, StateError, UsageError
 from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
@@ -202,6 +202,13 @@ def models_text(view: dict[str, Any], con: Console) -> None:
     _notes(con, view["notes"])
 
 
+def _controller_runs(backend: StateBackend) -> dict[str, Any]:
+    """The controller's last runs, for `llmgw status`."""
+    from llmgw.controller import runs_for
+
+    return {"controller_runs": [r.as_json() for r in runs_for(backend).all()[:5]]}
+
+
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.option("--idle-after", type=float, default=IDLE_AFTER, show_default=True, metavar="SECONDS",
@@ -216,19 +223,25 @@ def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str
 
     data = load_site_data(app.site)
     view = status_view(data, get_runtime(routers, no_router), datetime.now(UTC), idle_after=idle_after)
-    view["state"] = site_state_summary(app.site)
+    view["state"] = site_state_summary(app.site, _controller_runs)
     if as_json:
         output.print_json(view)
     else:
         status_text(view, _console())
         click.echo(summary_line(view["state"]))
+        for r in view["state"].get("controller_runs", []):
+            click.echo(f"  controller run {r['id']} ({r['commit'][:12]}): {r['status']}, {r['summary']}")
 
-@click.command("models")
+# A group so `models search` and `models inspect` (llmgw.cli.hub_cmd) browse the Hub beside it;
+# `llmgw models` alone is the view.
+@click.group("models", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @router_options
 @pass_app
 def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: bool) -> None:
     """Every model: who answers it now, replicas ready of min, and what to do about it."""
+    if click.get_current_context().invoked_subcommand is not None:
+        return
     from llmgw.views import load_site_data
     from llmgw.views.models import models_view
 
@@ -237,6 +250,10 @@ def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: 
         output.print_json(view)
     else:
         models_text(view, _console())
+
+models.add_command(hub_cmd.search)
+models.add_command(hub_cmd.inspect)
+
 
 @click.command("replicas")
 @click.option("--model", "model", metavar="MODEL", help="Only this model's replicas (name or alias).")
