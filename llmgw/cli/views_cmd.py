@@ -24,12 +24,13 @@ from rich.text import Text
 
 from llmgw.cli import hub_cmd, output
 from llmgw.cli.context import AppContext, pass_app
-from llmgw.errors import RunnerError, StateError, UsageError
+from llmgw.errors import LlmgwError, RunnerError, StateError, UsageError
 from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
 
 # The views themselves (the planner, the fabrics, httpx) are imported inside the commands
 # that run them, so `llmgw --help` and every other command start without them.
 if TYPE_CHECKING:
+    from llmgw.state import StateBackend
     from llmgw.views import Runtime
 
 NEVER = "-"
@@ -206,7 +207,10 @@ def _controller_runs(backend: StateBackend) -> dict[str, Any]:
     """The controller's last runs, for `llmgw status`."""
     from llmgw.controller import runs_for
 
-    return {"controller_runs": [r.as_json() for r in runs_for(backend).all()[:5]]}
+    try:
+        return {"controller_runs": [r.as_json() for r in runs_for(backend, create=False).all()[:5]]}
+    except LlmgwError as exc:
+        return {"controller_runs": [], "controller_error": exc.message}
 
 
 @click.command("status")

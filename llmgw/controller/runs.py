@@ -150,11 +150,15 @@ _COLUMNS = "id, commit, status, summary, destructive, created_at, updated_at, pl
 class PgRuns(RunStore):
     """Runs in the PostgreSQL database that holds the state."""
 
-    def __init__(self, backend: PostgresBackend) -> None:
+    def __init__(self, backend: PostgresBackend, *, create: bool = True) -> None:
         self.backend = backend
         with backend.transaction() as cur:  # the backend's connection: one per process
-            cur.execute("SELECT pg_advisory_xact_lock(7340045)")
-            cur.execute(_PG_SCHEMA)
+            cur.execute("SELECT to_regclass('llmgw_controller_runs') IS NOT NULL")
+            self.exists = bool(cur.fetchone()[0])
+            if create and not self.exists:
+                cur.execute("SELECT pg_advisory_xact_lock(7340045)")
+                cur.execute(_PG_SCHEMA)
+                self.exists = True
 
     def _run(self, row: Any) -> Run:
         return Run(*row)
@@ -180,6 +184,8 @@ class PgRuns(RunStore):
         return self._run(row)
 
     def all(self) -> list[Run]:
+        if not self.exists:
+            return []  # no controller ever ran against this state
         with self.backend.transaction() as cur:
             cur.execute(f"SELECT {_COLUMNS} FROM llmgw_controller_runs ORDER BY id DESC LIMIT 500")
             return [self._run(r) for r in cur.fetchall()]
@@ -194,9 +200,10 @@ class PgRuns(RunStore):
         return self._run(row)
 
 
-def runs_for(backend: StateBackend) -> RunStore:
+def runs_for(backend: StateBackend, *, create: bool = True) -> RunStore:
+    """The runs kept beside `backend`'s state; `create=False` only reads (nothing is created)."""
     if isinstance(backend, PostgresBackend):
-        return PgRuns(backend)
+        return PgRuns(backend, create=create)
     if isinstance(backend, LocalBackend):
         return FileRuns(backend.path.with_name(backend.path.name + ".runs.json"))
     raise StateError(f"the controller cannot keep runs beside {backend.where}")

@@ -3,6 +3,7 @@ when, and who holds the lock now."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llmgw.errors import LlmgwError
@@ -23,11 +24,12 @@ def state_summary(backend: StateBackend) -> dict[str, Any]:
             "lock": lock.as_json() if lock else None, "error": None}
 
 
-def site_state_summary(site: Site) -> dict[str, Any]:
-    """The summary, or why it is not known (an unreachable database is a note, not a failure)."""
+def site_state_summary(site: Site, extra: Callable[[StateBackend], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The summary, or why it is not known (an unreachable database is a note, not a failure);
+    `extra` adds what else lives beside the state (the controller's runs)."""
     try:
         with backend_for(site) as backend:
-            return state_summary(backend)
+            return {**state_summary(backend), **(extra(backend) if extra else {})}
     except LlmgwError as exc:
         return {"backend": site.config.state, "serial": None, "lineage": None, "written_by": None,
                 "written_at": None, "operation": None, "lock": None, "error": exc.message}

@@ -93,3 +93,21 @@ def test_a_newer_commit_supersedes_a_waiting_run(tmp_path: Path, pg_state: str) 
     finally:
         ctl.stop()
         ctl.backend.close()
+
+
+def test_status_shows_the_controllers_last_runs(tmp_path: Path, pg_state: str) -> None:
+    repo = site_repo(tmp_path, pg_state)
+    work = clone(repo, tmp_path / "work")
+    seed_applied(work)
+    assert json.loads(run_cli("-C", str(work), "status", "--json", "--no-router").stdout)["state"][
+        "controller_runs"] == []  # no controller ever ran: nothing is created by looking
+    ctl = Controller(work, say=lambda _line: None)
+    try:
+        ctl.tick()
+        added = commit(repo, {"catalog/new.yaml": NEW}, "add new")
+        ctl.tick()
+    finally:
+        ctl.stop()
+        ctl.backend.close()
+    shown = run_cli("-C", str(work), "status", "--no-router").stdout
+    assert f"controller run 2 ({added[:12]}): applied" in shown, shown
