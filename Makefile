@@ -28,7 +28,7 @@ setup: venv
 	bash scripts/setup-host
 
 lint: venv
-	$(BIN)/ruff check llmgw tests bench scripts
+	$(BIN)/ruff check llmgw tests bench scripts collections roles molecule
 
 typecheck: venv
 	$(BIN)/mypy

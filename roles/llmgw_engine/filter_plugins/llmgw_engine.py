@@ -16,7 +16,7 @@ from ansible.errors import AnsibleFilterError
 try:
     from llmgw.engines import Layout, Shard, command
 except ImportError as e:  # pragma: no cover - a control host without llmgw
-    _IMPORT_ERROR: "ImportError | None" = e
+    _IMPORT_ERROR: ImportError | None = e
 else:
     _IMPORT_ERROR = None
 

@@ -16,7 +16,6 @@ from typing import List, Optional
 
 from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import FactDict, Run
 
-
 _VERSION_RE = re.compile(r"version:?\s*(\S.*)", re.IGNORECASE)
 
 
@@ -38,7 +37,7 @@ def find_program(name: str, search_dirs: List[str]) -> Optional[str]:
 
 def _dist_version(dist: str) -> Optional[str]:
     try:
-        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+        from importlib.metadata import PackageNotFoundError, version
     except ImportError:  # Python < 3.8
         return None
     try:

@@ -14,6 +14,7 @@ is the `pynvml` module of nvidia-ml-py.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any, Dict
 
@@ -169,10 +170,8 @@ def collect_gpus(nvml: Any) -> tuple[list[GpuDict] | None, str | None]:
             gpus.append(_one_gpu(nvml, index))
         return gpus, None
     finally:
-        try:
+        with contextlib.suppress(Exception):  # shutting down must not hide what was read
             nvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def _one_gpu(nvml: Any, index: int) -> GpuDict:
@@ -199,7 +198,7 @@ def _one_gpu(nvml: Any, index: int) -> GpuDict:
 def load_nvml() -> Any:
     """The real NVML binding, or None when nvidia-ml-py is not importable."""
     try:
-        import pynvml  # noqa: PLC0415 - imported late: the host may not have it
+        import pynvml
     except ImportError:
         return None
     return pynvml

@@ -37,8 +37,7 @@ def read_text(path: str) -> Optional[str]:
 def run_command(argv: List[str], timeout: float = 20.0) -> Tuple[int, str, str]:
     """Run a command without a shell; a missing program is rc 127, a hang rc 124."""
     try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              check=False, universal_newlines=True)
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, text=True)
     except FileNotFoundError:
         return 127, "", "%s: not found" % argv[0]
     except subprocess.TimeoutExpired:

@@ -144,8 +144,8 @@ def run_ibnetdiscover(adapters: List[FactDict], run: Run, program: str = "ibnetd
         if rc == 127:
             return None, MISSING_TOOL
         if rc != 0 or not out.strip():
-            reasons.append("ibnetdiscover on %s port %s failed: %s" % (ca, port["port"],
-                                                                        (err.strip().splitlines() or ["exit %d" % rc])[-1]))
+            last = (err.strip().splitlines() or ["exit %d" % rc])[-1]
+            reasons.append("ibnetdiscover on %s port %s failed: %s" % (ca, port["port"], last))
             continue
         outputs.append(out if out.endswith("\n") else out + "\n")
     if not outputs:

@@ -53,7 +53,7 @@ def unit_lineages(run: Run, names: List[str]) -> Dict[str, Optional[str]]:
     `systemctl show`; a unit without one (or when systemctl cannot tell) maps to None."""
     if not names:
         return {}
-    rc, out, _err = run(["systemctl", "show", "--no-pager", "-p", "Id", "-p", "Environment", "--"] + names)
+    rc, out, _err = run(["systemctl", "show", "--no-pager", "-p", "Id", "-p", "Environment", "--", *names])
     found: Dict[str, Optional[str]] = {}
     if rc != 0:
         return found

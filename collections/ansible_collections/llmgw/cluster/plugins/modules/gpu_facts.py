@@ -91,6 +91,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.llmgw.cluster.plugins.module_utils.gpu import collect_gpus, load_nvml
 
 

@@ -96,13 +96,14 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import run_command
 from ansible_collections.llmgw.cluster.plugins.module_utils.ib import (
     fabric_key,
     public_adapters,
     read_adapters,
     run_ibnetdiscover,
 )
-from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import run_command
 
 ARGUMENT_SPEC = {
     "ibnetdiscover": {"type": "bool", "default": False},

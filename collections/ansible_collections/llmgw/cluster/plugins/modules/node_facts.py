@@ -132,6 +132,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.llmgw.cluster.plugins.module_utils.cache_names import is_cache_name
 from ansible_collections.llmgw.cluster.plugins.module_utils.cpu_memory import cpu_count, memory_facts
 from ansible_collections.llmgw.cluster.plugins.module_utils.engine_versions import engine_versions

@@ -121,6 +121,7 @@ refused:
   sample: [{"name": "../etc", "reason": "not a llmgw cache name"}]
 """
 
+import contextlib
 import errno
 import fcntl
 import grp
@@ -139,7 +140,11 @@ from ansible.module_utils.urls import open_url
 
 try:  # running inside Ansible
     from ansible_collections.llmgw.cluster.plugins.module_utils.cache_names import (
-        PART_SUFFIX, cache_name, is_cache_name, progress_name)
+        PART_SUFFIX,
+        cache_name,
+        is_cache_name,
+        progress_name,
+    )
 except ImportError:  # imported directly by unit tests
     from cache_names import PART_SUFFIX, cache_name, is_cache_name, progress_name  # type: ignore[no-redef]
 
@@ -172,10 +177,8 @@ def _write_progress(cache_dir, name, done, total, state="running", error=None):
 
 
 def _forget_progress(cache_dir, name):
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(progress_path(cache_dir, name))
-    except OSError:
-        pass
 
 
 def parse_hf_repo(source):
@@ -237,7 +240,7 @@ def open_source(url, hf_endpoint, token, timeout):
             if exc.code in (301, 302, 303, 307, 308) and location:
                 url = urljoin(url, location)
                 if urlsplit(url).scheme not in ("http", "https"):
-                    raise FetchError("redirected to a non-http URL %s" % url)
+                    raise FetchError("redirected to a non-http URL %s" % url) from None
                 continue
             raise
     raise FetchError("more than %d redirects" % MAX_REDIRECTS)
@@ -277,10 +280,8 @@ def _tree_bytes(path):
     total = 0
     for d, _, files in os.walk(path):
         for f in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(d, f)).st_size
-            except OSError:
-                pass
     return total
 
 
@@ -294,7 +295,7 @@ def _fetch_repo(source, part, cache_dir, name, hf_endpoint, token, expected, tim
         from huggingface_hub import snapshot_download
     except ImportError:
         raise FetchError("huggingface_hub is not installed for %s on this host; the llmgw_weights role installs "
-                         "it from the control host's wheelhouse" % sys.executable)
+                         "it from the control host's wheelhouse" % sys.executable) from None
     os.makedirs(part, mode=0o750, exist_ok=True)
     stop = threading.Event()
 
@@ -324,7 +325,7 @@ def _group_id(group):
     try:
         return grp.getgrnam(group).gr_gid
     except KeyError:
-        raise FetchError("group %r does not exist on this host (the engines' group)" % group)
+        raise FetchError("group %r does not exist on this host (the engines' group)" % group) from None
 
 
 def secure(path, gid):
@@ -400,7 +401,7 @@ def _fetch_locked(source, final, cache_dir, name, hf_endpoint, hf_token, timeout
         else:
             raise FetchError("unknown source scheme (https://, hf:// and file:// are fetched)")
         if total is not None and done != total:
-            raise IOError("short download: %d of %d bytes" % (done, total))
+            raise OSError("short download: %d of %d bytes" % (done, total))
         out.flush()
         os.fsync(out.fileno())
     os.rename(part, final)
@@ -491,7 +492,8 @@ def remove(cache_dir, names, in_use, check_mode=False):
                 else:
                     os.unlink(path)
             except OSError as exc:
-                refused.append({"name": name, "reason": "could not be removed: %s" % os.strerror(exc.errno or errno.EIO)})
+                why = os.strerror(exc.errno or errno.EIO)
+                refused.append({"name": name, "reason": "could not be removed: %s" % why})
                 continue
         removed.append({"name": name, "size_bytes": size})
     return removed, refused
@@ -531,11 +533,10 @@ def main():
         try:
             path, changed = fetch(p["source"], p["cache_dir"], p["hf_endpoint"], p["hf_token"], p["timeout"],
                                   p["model_dirs"], p["hf_allow_http"], p["expected_bytes"], p["group"])
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a module failure with the reason
-            try:  # weights_progress tells the role the download is over (a no-op when the cache is unwritable)
+        except Exception as exc:  # every failure becomes a module failure with the reason
+            # weights_progress tells the role the download is over (a no-op when the cache is unwritable)
+            with contextlib.suppress(OSError):
                 _write_progress(p["cache_dir"], name, 0, None, state="failed", error=str(exc))
-            except OSError:
-                pass
             module.fail_json(msg="cannot fetch %s: %s" % (p["source"], exc), name=name)
         module.exit_json(changed=changed, name=name, path=path, size_bytes=_size(path))
     removed, refused = remove(p["cache_dir"], p["names"], p["in_use"], module.check_mode)

@@ -147,7 +147,8 @@ def main():
     name = module.params["name"]
     if not is_cache_name(name):
         module.fail_json(msg="%r is not a llmgw cache name" % name)
-    module.exit_json(changed=False, name=name, **read_progress(module.params["cache_dir"], name, module.params["queued_timeout"]))
+    progress = read_progress(module.params["cache_dir"], name, module.params["queued_timeout"])
+    module.exit_json(changed=False, name=name, **progress)
 
 
 if __name__ == "__main__":
