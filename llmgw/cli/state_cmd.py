@@ -9,6 +9,7 @@
     unlock LOCK_ID     break a dead holder's lock
     migrate --to URL   copy the state into an empty backend, keeping serial and lineage
     import --lineage L adopt another state's units deliberately (an empty state takes lineage L)
+    follow --out FILE  keep a router's state file equal to a PostgreSQL state (LISTEN/NOTIFY)
 """
 
 from __future__ import annotations
@@ -180,6 +181,38 @@ def migrate_cmd(app: AppContext, target: str) -> None:
                          f"to {where}.")
     click.echo(f"Now set `state: {target}` in {site.root / 'llmgw.yaml'} and commit it, so every "
                          "checkout plans against the same state.")
+
+
+@state_group.command("follow")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The state file to keep current (the one a router serves).")
+@click.option("--poll", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds between reads should a notification be missed.")
+@pass_app
+def follow_cmd(app: AppContext, out: Path, poll: float) -> None:
+    """Keep FILE equal to the newest serial of a PostgreSQL state (LISTEN/NOTIFY), for a router
+    beside it: a router then follows writes at once without apply delivering to it, and routes
+    by the last good copy through a database outage. Runs until interrupted."""
+    import signal
+    import threading
+
+    from llmgw.state import PostgresBackend
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_a: stop.set())
+    with backend_for(app.site) as backend:
+        if not isinstance(backend, PostgresBackend):
+            raise UsageError(f"the state at {backend.where} is a file: routers get it from apply",
+                             hint="follow works with `state: postgresql://...` in llmgw.yaml")
+
+        def write(state: State) -> None:
+            atomic_write(out, state.to_json())
+            click.echo(f"serial {state.serial} written to {out}", err=True)
+
+        try:
+            backend.follow(write, stop, poll=poll)
+        except KeyboardInterrupt:
+            stop.set()
 
 
 @state_group.command("import")

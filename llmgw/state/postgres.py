@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -217,6 +217,41 @@ class PostgresBackend(StateBackend):
                 cur.execute("INSERT INTO llmgw_state_routers (router, serial) VALUES (%s, %s) ON CONFLICT (router) "
                             "DO UPDATE SET serial = GREATEST(llmgw_state_routers.serial, EXCLUDED.serial), "
                             "delivered_at = now()", (r, serial))
+
+    # -- following ------------------------------------------------------------------------
+
+    def follow(self, on_state: Callable[[State], None], stop: threading.Event, *, poll: float = 10.0,
+               retry: float = 2.0) -> None:
+        """Hand every new serial to `on_state` until `stop` is set: LISTEN for the NOTIFY each
+        write sends, and read anyway every `poll` seconds (a missed notification costs at most
+        that). While the database is unreachable nothing is handed over, so whatever
+        `on_state` keeps (a file the router reads) stays the last good copy; it reconnects
+        every `retry` seconds."""
+        import psycopg
+
+        last = 0
+        while not stop.is_set():
+            conn: Any = None
+            try:
+                conn = self._connect()
+                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                while not stop.is_set():
+                    state = self.read()
+                    if state.serial > last:
+                        on_state(state)
+                        last = state.serial
+                    waited = 0.0
+                    while not stop.is_set() and waited < poll:  # in slices, so stop is seen soon
+                        if list(conn.notifies(timeout=min(1.0, poll), stop_after=1)):
+                            break
+                        waited += min(1.0, poll)
+            except (psycopg.Error, StateError) as exc:
+                log.warning("following the state at %s: %s; keeping the last good copy, retrying", self.where,
+                            _first_line(exc))
+                stop.wait(retry)
+            finally:
+                if conn is not None:
+                    conn.close()
 
     # -- the lock -------------------------------------------------------------------------
 
