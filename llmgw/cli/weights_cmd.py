@@ -14,7 +14,8 @@ from llmgw.facts.records import HostFacts
 from llmgw.site import Site
 from llmgw.state import read_state
 from llmgw.views.text import human_bytes
-from llmgw.weights.orphans import Orphan, find_orphans, wanted_names
+from llmgw.weights.check import pin_catalog
+from llmgw.weights.orphans import Orphan, find_orphans, spare_unpinned, wanted_names
 
 TASK = "Remove orphaned cache entries"  # the task in playbooks/weights_gc.yml
 
@@ -66,10 +67,11 @@ def orphans_cmd(app: AppContext, collect: bool, as_json: bool) -> None:
     operator put in a model dir are never touched. Run `llmgw facts` first for a fresh view.
     """
     site = app.live_site("weights orphans --collect") if collect else app.site
-    catalog = load_catalog(site.catalog_dir, root=site.root)
+    # Whole repositories as pinned by `catalog validate`: their cache names follow the commit.
+    catalog, unpinned = pin_catalog(load_catalog(site.catalog_dir, root=site.root), site)
     wanted = wanted_names(catalog, read_state(site.state_file))
     facts = read_facts(site.facts_dir)
-    found = find_orphans(facts, wanted)
+    found = spare_unpinned(find_orphans(facts, wanted), unpinned)
     listing = [o for entries in found.values() for o in entries]
     total = sum(o.size_bytes for o in listing)
     report = collect_orphans(site, found, wanted) if collect and found else {}

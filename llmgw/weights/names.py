@@ -14,5 +14,10 @@ def cache_name(source: str) -> str:
     return str(module_util("cache_names").cache_name(source))
 
 
+def source_basename(source: str) -> str:
+    """The part of a cache name after the hash (a whole repository: its name)."""
+    return str(module_util("cache_names").source_basename(source))
+
+
 def is_cache_name(name: str) -> bool:
     return bool(module_util("cache_names").is_cache_name(name))

@@ -9,13 +9,13 @@ module), so a stale facts cache can make llmgw ask too much, never remove too mu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from llmgw.catalog import Catalog
 from llmgw.facts.records import HostFacts
 from llmgw.state import State
-from llmgw.weights.names import cache_name
+from llmgw.weights.names import cache_name, source_basename
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,15 @@ def wanted_names(catalog: Catalog, state: State) -> set[str]:
     names = {cache_name(s) for s in sources}
     names |= {r.cache_name for r in state.replicas if r.cache_name}
     return names
+
+
+def spare_unpinned(found: Mapping[str, list[Orphan]], unpinned: Iterable[str]) -> dict[str, list[Orphan]]:
+    """`found` without any entry that may hold a whole repository the catalog names but no
+    `catalog validate` pinned yet (its commit, hence its cache name, is not known here):
+    every entry named after that repository is kept, rather than guessed away."""
+    tails = {"-" + source_basename(s) for s in unpinned}
+    out = {h: [o for o in entries if not any(o.name.endswith(t) for t in tails)] for h, entries in found.items()}
+    return {h: entries for h, entries in out.items() if entries}
 
 
 def find_orphans(facts: Mapping[str, HostFacts], wanted: set[str]) -> dict[str, list[Orphan]]:

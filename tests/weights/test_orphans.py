@@ -70,3 +70,14 @@ def test_removing_a_model_makes_its_entries_orphans(example: Path) -> None:
     assert removed.exit_code == 0, removed.stderr
     after = {o["name"] for o in orphans(example)["orphans"]}  # type: ignore[attr-defined]
     assert after == before | {cache_name(models[victim]["source"])}
+
+
+def test_entries_of_a_repository_not_pinned_yet_are_spared() -> None:
+    """Without a `catalog validate` record the commit, hence the cache name, is not known here:
+    every entry named after the repository is kept rather than guessed away."""
+    from llmgw.weights.orphans import Orphan, spare_unpinned
+
+    mine = Orphan("n1", "0123456789abcdef-Big-Model", "/var/cache/llmgw/0123456789abcdef-Big-Model", 10)
+    other = Orphan("n1", "fedcba9876543210-old.gguf", "/var/cache/llmgw/fedcba9876543210-old.gguf", 5)
+    assert spare_unpinned({"n1": [mine, other]}, ["hf://org/Big-Model"]) == {"n1": [other]}
+    assert spare_unpinned({"n1": [mine]}, ["hf://org/Big-Model@main"]) == {}
