@@ -14,6 +14,9 @@ when a lease ends. A lock holder renews its lease from a thread; a holder that d
 write re-checks, in the same transaction, that the writer still holds a live lease
 (fencing): a holder that was paused past its lease cannot write over its successor.
 Each write NOTIFYs `llmgw_state` with the new serial, for routers that follow the store.
+
+Why long: writes, the lease and fencing share one connection and its transactions, and a
+write's fencing check reads the lock table inside the write's own transaction.
 """
 
 from __future__ import annotations
