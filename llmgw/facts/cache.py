@@ -8,6 +8,7 @@ Files are written atomically with sorted keys, so the same facts give the same b
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -17,6 +18,7 @@ from llmgw.facts.records import HostFacts
 from llmgw.yamlio import FileError, atomic_write, read_text
 
 SUFFIX = ".json"
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
 def facts_path(facts_dir: Path, host: str) -> Path:
@@ -58,6 +60,13 @@ def read_facts(facts_dir: Path) -> dict[str, HostFacts]:
             where = ".".join(str(p) for p in first["loc"]) or "the document"
             raise FactsError(f"facts file {path} is not llmgw facts (version 1): {where}: {first['msg']}",
                              path=str(path), hint="delete the file and run `llmgw facts` to gather it again") from None
+        for hca in facts.ib_adapters or []:
+            # HCA names go into engine units (NCCL_IB_HCA): a committed facts file is untrusted
+            if not _DEVICE_NAME.fullmatch(hca.name):
+                line = text.count("\n", 0, max(0, text.find(json.dumps(hca.name)[:40]))) + 1
+                raise FactsError(f"facts file {path}:{line}: InfiniBand adapter name {hca.name!r} is not a device "
+                                 "name (letters, digits, '.', '_', '-', ':')", path=str(path),
+                                 hint="delete the file and run `llmgw facts` to gather it again")
         expected = path.name[: -len(SUFFIX)]
         if facts.host != expected:
             raise FactsError(f"facts file {path} holds facts of host {facts.host!r}, not {expected!r}",

@@ -204,3 +204,13 @@ def test_a_state_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     root = make_site(tmp_path, model())
     (root / "state.json").write_bytes(b'{"serial": 1,\n "lineage": "\xff"}\n')
     refused(llmgw(root, "plan"), r"state\.json:2: is not UTF-8 text")
+
+
+def test_a_facts_file_cannot_smuggle_a_unit_line_through_an_adapter_name(tmp_path: Path) -> None:
+    """HCA names reach engine units (NCCL_IB_HCA=...); facts are committed, so a pull request could edit them."""
+    root = make_site(tmp_path, model())
+    (root / "facts").mkdir()
+    (root / "facts" / "node-1.json").write_text(
+        '{\n  "version": 1,\n  "host": "node-1",\n  "gathered_at": "2026-11-30T05:40:00Z",\n'
+        '  "ib_adapters": [{"name": "mlx5_0\\nExecStartPre=/bin/id"}]\n}\n')
+    refused(llmgw(root, "plan"), r"facts file .*node-1\.json:5: InfiniBand adapter name")
