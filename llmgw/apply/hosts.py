@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import ansible_content
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.wheelhouse import engine_wheelhouse, hub_wheelhouse
 from llmgw.engines import python_requirement
 from llmgw.errors import RunnerError
 from llmgw.inventory import Inventory
 from llmgw.runner import RunEvent, RunResult, run_playbook
+from llmgw.state import read_state
 from llmgw.weights.hub import is_repo_source
 from llmgw.weights.shared import fetch_once
 
@@ -51,8 +53,11 @@ class Hosts:
     def __init__(self, inventory_path: Path, inventory: Inventory, *, artifacts: Path | None,
                  forks: int = 20, extra: Mapping[str, Any] | None = None,
                  engines_playbook: str = "apply.yml", dashboard: Mapping[str, str] | None = None,
-                 shared_cache: Callable[[str], str | None] | None = None) -> None:
+                 shared_cache: Callable[[str], str | None] | None = None,
+                 engine_keys: EngineKeyring | None = None) -> None:
         self.inventory_path = inventory_path
+        # One API key per replica (llmgw.apply.engine_keys): engines answer only the router.
+        self.engine_keys = engine_keys
         self.engines_playbook = engines_playbook
         # llmgw_router_site_* (catalog, facts, inventory on this host) for the routers' dashboard
         self.dashboard = dict(dashboard or {})
@@ -115,8 +120,17 @@ class Hosts:
         engines = {"llmgw_engine_python_archives": {r: str(engine_wheelhouse(r)) for r in reqs}} if reqs else {}
         self._run(self.engines_playbook, step, list(shards),
                   {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,
-                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub, **engines},
+                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub, **engines,
+                   "llmgw_apply_engine_keys": self._shard_keys(shards)},
                   progress)
+
+    def _shard_keys(self, shards: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, str]]:
+        """host -> unit -> API key, for the shards that serve HTTP (rank 0) there."""
+        if self.engine_keys is None:
+            return {}
+        return {host: {str(e["unit"]): self.engine_keys.key(str(e["replica"])) for e in entries
+                       if e.get("state", "present") == "present" and int(e.get("rank", 0)) == 0}
+                for host, entries in shards.items()}
 
     def deliver(self, state_file: Path, wheelhouse: Path, *, serial: int, present: Sequence[str] = (),
                 idle: Sequence[str] = (), timeout: float = 60.0, state_only: bool = False,
@@ -131,6 +145,7 @@ class Hosts:
                            {"llmgw_router_state_src": str(state_file.resolve()),
                             "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
                             **({} if state_only else self.dashboard), "llmgw_wait_serial": serial,
+                            "llmgw_router_engine_keys": self._router_keys(state_file),
                             "llmgw_wait_present": list(present),
                             "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
                            progress, capture=[WAIT_TASK])
@@ -147,6 +162,12 @@ class Hosts:
             reached = got >= serial and set(present) <= set(in_flight) and all(in_flight.get(i, 0) == 0 for i in idle)
             views.append(RouterView(host, reached, got, in_flight))
         return views
+
+    def _router_keys(self, state_file: Path) -> dict[str, str]:
+        """replica id -> API key, for every replica of the state the routers are sent."""
+        if self.engine_keys is None:
+            return {}
+        return {r.id: self.engine_keys.key(r.id) for r in read_state(state_file).replicas}
 
     def create_key(self, name: str, group: str | None = None) -> dict[str, Any]:
         """An API key in the routers' store, made by the router host's own `llmgw keys create`."""

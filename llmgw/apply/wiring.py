@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.executor import Applier, Say
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.apply.wheelhouse import wheelhouse
@@ -28,7 +29,7 @@ def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") 
     inventory = load_inventory(site.inventory)
     return Hosts(site.inventory, inventory, artifacts=artifacts, forks=forks,
                  engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site),
-                 shared_cache=shared_caches(site, inventory))
+                 shared_cache=shared_caches(site, inventory), engine_keys=EngineKeyring.beside(site.state_file))
 
 
 def shared_caches(site: Site, inventory: Inventory) -> Callable[[str], str | None]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -106,3 +108,45 @@ def test_a_key_file_others_can_read_is_refused(keyed_engine: str, state: StateFi
     write_keys(state, {"tiny-0": KEY})  # fixed: picked up without a restart
     wait_until(lambda: keys.keys == {"tiny-0": KEY}, 10, "the router to read the fixed key file")
     assert ask(router, client_key).status_code == 200
+
+
+# -- how the keys get there --------------------------------------------------------------------
+def test_engine_keys_are_derived_per_replica_from_a_0600_secret(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmgw.apply.engine_keys import SECRET_ENV, EngineKeyring
+
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    ring = EngineKeyring.beside(tmp_path / "state.json")
+    a, b = ring.key("tiny-0"), ring.key("tiny-1")
+    assert a != b and len(a) > 40
+    assert stat.S_IMODE(ring.secret_path.stat().st_mode) == 0o600
+    assert EngineKeyring.beside(tmp_path / "state.json").key("tiny-0") == a  # stable across applies
+    monkeypatch.setenv(SECRET_ENV, "ab" * 32)  # several control hosts: one secret for all
+    assert EngineKeyring.beside(tmp_path / "other.json").key("tiny-0") == EngineKeyring(tmp_path / "x").key("tiny-0")
+
+
+def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Path) -> None:
+    keys_dir = tmp_path / "engine-keys"
+    shards = [{"unit": "llmgw-tiny-0-0", "replica": "tiny-0", "engine": "llamacpp", "port": 20000},
+              {"unit": "llmgw-big-1-0", "replica": "big-1", "engine": "vllm", "port": 20001},
+              {"unit": "llmgw-old-1-0", "state": "absent"}]
+    (keys_dir).mkdir(mode=0o700)
+    (keys_dir / "llmgw-old-1-0.env").write_text("LLAMA_API_KEY=stale\n")
+    extra = {"llmgw_engine_keys_dir": str(keys_dir), "shards": shards,
+             "llmgw_engine_api_keys": {"llmgw-tiny-0-0": KEY, "llmgw-big-1-0": KEY.replace("k", "v")}}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "False",
+           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False", "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", "localhost,",
+                           str(Path(__file__).with_name("engine_keys.yml")), "-e", json.dumps(extra)],
+                          capture_output=True, text=True, env=env, check=False, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    shown = output.split("PLAY [", 1)[-1]  # what the tasks showed (-vvv echoes the command line before it)
+    assert "k" * 40 not in shown and "v" * 40 not in shown
+    llama, vllm = keys_dir / "llmgw-tiny-0-0.env", keys_dir / "llmgw-big-1-0.env"
+    assert llama.read_text() == f"LLAMA_API_KEY={KEY}\n"
+    assert vllm.read_text() == f"VLLM_API_KEY={KEY.replace('k', 'v')}\n"
+    for f in (llama, vllm):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600 and f.stat().st_uid == 0
+    assert not (keys_dir / "llmgw-old-1-0.env").exists()
