@@ -211,9 +211,17 @@ def load_catalog(folder: Path, *, root: Path | None = None,
                                     "create it or set `catalog:` in llmgw.yaml")])
     files = set(catalog_files(folder))
     override = {p.resolve(): t for p, t in (override or {}).items()}
-    files = {f.resolve() for f in files} | set(override)
     entries: list[Located] = []
     problems: list[Problem] = []
+    # A pull request can commit a symbolic link (catalog/x.yaml -> /etc/shadow): read only
+    # files that are inside the catalog folder once links are followed.
+    inside = folder.resolve()
+    for f in sorted(files):
+        if not f.resolve().is_relative_to(inside):
+            problems.append(Problem(str(f.relative_to(root)) if f.is_relative_to(root) else str(f), 0, "",
+                                    "is a link to a file outside the catalog folder; llmgw reads only files "
+                                    "inside it"))
+    files = {f.resolve() for f in files if f.resolve().is_relative_to(inside)} | set(override)
     for path in sorted(files):
         if path in override and override[path] is None:
             continue

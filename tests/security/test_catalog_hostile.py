@@ -214,3 +214,12 @@ def test_a_facts_file_cannot_smuggle_a_unit_line_through_an_adapter_name(tmp_pat
         '{\n  "version": 1,\n  "host": "node-1",\n  "gathered_at": "2026-11-30T05:40:00Z",\n'
         '  "ib_adapters": [{"name": "mlx5_0\\nExecStartPre=/bin/id"}]\n}\n')
     refused(llmgw(root, "plan"), r"facts file .*node-1\.json:5: InfiniBand adapter name")
+
+
+def test_a_catalog_link_out_of_the_catalog_is_not_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("models:\n  - name: SECRET-CONTENT\n")
+    root = make_site(tmp_path, model())
+    (root / "catalog" / "leak.yaml").symlink_to(secret)
+    err = refused(llmgw(root, "catalog", "validate", "--offline"), r"catalog/leak\.yaml: is a link to a file outside")
+    assert "SECRET-CONTENT" not in err
