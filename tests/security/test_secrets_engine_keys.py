@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -150,3 +151,23 @@ def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Pa
     for f in (llama, vllm):
         assert stat.S_IMODE(f.stat().st_mode) == 0o600 and f.stat().st_uid == 0
     assert not (keys_dir / "llmgw-old-1-0.env").exists()
+
+
+def test_the_optional_firewall_admits_only_the_given_sources(tmp_path: Path) -> None:
+    if shutil.which("nft") is None:
+        pytest.fail("nft is missing on this machine (Debian package nftables; scripts/setup-host installs it)")
+    out = tmp_path / "llmgw-engines.nft"
+    extra = {"out_file": str(out), "llmgw_engine_firewall_sources": ["10.0.0.5", "10.0.1.0/24", "fd00::7"],
+             "shards": [{"unit": "llmgw-tiny-0-0", "port": 20000}, {"unit": "llmgw-big-1-1", "port": 20004}]}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "False",
+           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False", "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
+                           str(Path(__file__).with_name("engine_firewall.yml")), "-e", json.dumps(extra)],
+                          capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]  # includes `nft -c -f` accepting it
+    rules = [ln.strip() for ln in out.read_text().splitlines()]
+    ports = "tcp dport { 20000, 20004, 30000, 30004 }"
+    assert f"{ports} ip saddr {{ 10.0.0.5, 10.0.1.0/24 }} accept" in rules
+    assert f"{ports} ip6 saddr {{ fd00::7 }} accept" in rules
+    assert rules.index(f"{ports} drop") > rules.index(f"{ports} ip saddr {{ 10.0.0.5, 10.0.1.0/24 }} accept")
