@@ -7,6 +7,7 @@ llmgw commands do not pay for them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 from pathlib import Path
@@ -37,6 +38,26 @@ def load_activator(spec: str, state_path: Path, site: Any) -> Activator:
         raise UsageError(f"cannot load the activator {spec!r}: {exc}") from None
     activator: Activator = factory(state_path=state_path, site=site)
     return activator
+
+
+def with_overrides(settings: RouterSettings, overrides: tuple[str, ...]) -> RouterSettings:
+    """`settings` with each NAME=VALUE of --setting, typed like the field's default."""
+    fields = {f.name: type(getattr(settings, f.name)) for f in dataclasses.fields(settings)}
+    changes: dict[str, Any] = {}
+    for item in overrides:
+        name, sep, text = item.partition("=")
+        kind = fields.get(name.strip())
+        if not sep or kind is None:
+            raise UsageError(f"--setting {item!r} is not NAME=VALUE with a router setting's name",
+                             hint="names: " + ", ".join(sorted(fields)))
+        try:
+            value = kind(text.strip())
+        except ValueError:
+            raise UsageError(f"--setting {item!r}: {text.strip()!r} is not a {kind.__name__}") from None
+        if isinstance(value, int | float) and value <= 0:
+            raise UsageError(f"--setting {item!r}: must be above zero")
+        changes[name.strip()] = value
+    return dataclasses.replace(settings, **changes)
 
 
 def _run(server: RouterServer) -> None:
@@ -79,11 +100,15 @@ def router() -> None:
               show_default=True, help="Seconds a request waits for an on-demand model to start.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@click.option("--setting", "overrides", multiple=True, metavar="NAME=VALUE",
+              help="Any other router setting (llmgw/router/settings.py), e.g. max_header_bytes=65536, "
+                   "header_timeout=5, keep_alive_timeout=75, max_connections=8192; repeatable.")
 @pass_app
 def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: str,
           metrics_listen: str | None, store_url: str | None, activator: str | None,
           connect_timeout: float, first_byte_timeout: float, chunk_gap_timeout: float,
-          max_body_mb: float, health_interval: float, activation_timeout: float, log_level: str) -> None:
+          max_body_mb: float, health_interval: float, activation_timeout: float, log_level: str,
+          overrides: tuple[str, ...]) -> None:
     """Serve the OpenAI API for the replicas in the state file, with keys, quotas and drains."""
     from llmgw.router.server import RouterServer, parse_addr
 
@@ -97,6 +122,7 @@ def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: s
     settings = RouterSettings(connect_timeout=connect_timeout, first_byte_timeout=first_byte_timeout,
                               chunk_gap_timeout=chunk_gap_timeout, max_body_bytes=int(max_body_mb * 2**20),
                               health_interval=health_interval, activation_timeout=activation_timeout)
+    settings = with_overrides(settings, overrides)
     store = open_store(resolve_store_url(app, store_url))
     try:
         server = RouterServer(

@@ -140,7 +140,8 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     async def status() -> dict[str, Any]:
         t = router.table
         return {"serial": t.serial, "lineage": t.lineage, "state_file": str(router.state_path),
-                "state_error": router.watcher.error, "store": router.store.redacted_url,
+                "state_error": router.watcher.error, "engine_keys_error": router.engine_keys.error,
+                "store": router.store.redacted_url,
                 "store_error": router.usage_sync.last_error, "keys": len(router.keys.by_hash),
                 "started_at": router.started_at.isoformat(timespec="seconds"),
                 "on_demand": router.ondemand.activator is not None}
