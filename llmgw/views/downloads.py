@@ -45,7 +45,8 @@ def fetch_downloads(data: SiteData) -> Mapping[tuple[str, str], Mapping[str, Any
         model = data.catalog.models.get(r.model)
         if r.state != "starting" or model is None:
             continue
-        name = cache_name(model.source)
+        # The entry apply recorded (a whole repository's is named after its pinned commit).
+        name = r.cache_name or cache_name(model.source)
         for s in r.shards:
             host = data.inventory.nodes.get(s.node)
             if host is None:

@@ -68,7 +68,7 @@ def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
                    downloads: Mapping[tuple[str, str], Mapping[str, Any]]) -> dict[str, Any]:
     rt = runtime.replica(r.id)
     model = data.catalog.models.get(r.model)
-    name = cache_name(model.source) if model is not None else None
+    name = r.cache_name or (cache_name(model.source) if model is not None else None)
     age = None if r.created_at is None else (now - r.created_at).total_seconds()
     if not runtime.known:
         used: bool | None = None
