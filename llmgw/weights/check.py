@@ -107,7 +107,8 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
     if inspect and todo:
         with httpx.Client(timeout=30) as client:
             for source in todo:
-                inspected = inspect_source(source, client, hf_endpoint(site))
+                # HF_TOKEN on the control host sizes gated repositories (sent to the endpoint over https only).
+                inspected = inspect_source(source, client, hf_endpoint(site), os.environ.get("HF_TOKEN") or None)
                 write_source(site.facts_dir, inspected)
                 out.sources[source] = inspected
     for spec in repos:

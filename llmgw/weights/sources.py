@@ -79,10 +79,10 @@ def resolve(source: str, endpoint: str = HUB) -> str | Path:
     return source
 
 
-def _inspect_repo(spec: str, client: httpx.Client, endpoint: str, now: datetime) -> SourceInfo:
+def _inspect_repo(spec: str, client: httpx.Client, endpoint: str, now: datetime, token: str | None) -> SourceInfo:
     source, include, exclude = split_spec(spec)
     repo = parse_repo(source, include, exclude)
-    info = resolve_repo(repo, endpoint, client)
+    info = resolve_repo(repo, endpoint, client, token)
     pinned = repo.spec(info.commit)
     return SourceInfo(source=spec, cache_name=cache_name(spec), size_bytes=info.size_bytes, format="other",
                       commit=info.commit, files=len(info.files), pinned=pinned, inspected_at=now)
@@ -103,15 +103,16 @@ def _size_and_fetch(source: str, client: httpx.Client, endpoint: str) -> tuple[i
     return (int(length) if length and length.isdigit() else None), http_fetcher(target, client)
 
 
-def inspect_source(source: str, client: httpx.Client, endpoint: str = HUB) -> SourceInfo:
+def inspect_source(source: str, client: httpx.Client, endpoint: str = HUB, token: str | None = None) -> SourceInfo:
     """Size and GGUF header summary of `source` (a catalog spec); failures are recorded, not raised.
 
-    hf:// sources are asked of `endpoint` (the site's mirror or the Hub) and nothing else."""
+    hf:// sources are asked of `endpoint` (the site's mirror or the Hub) and nothing else;
+    `token` (gated repositories) goes to it only over https."""
     now = datetime.now(UTC).replace(microsecond=0)
     name = cache_name(source)
     try:
         if is_repo_source(source.partition("?")[0]):
-            return _inspect_repo(source, client, endpoint, now)
+            return _inspect_repo(source, client, endpoint, now, token)
         size, fetch = _size_and_fetch(source, client, endpoint)
         if fetch is None:
             return SourceInfo(source=source, cache_name=name, size_bytes=size, format="other", inspected_at=now)

@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import run_cli
 from tests.support.hf_mirror import HfMirror
 from tests.support.recording_server import recording_server
@@ -103,3 +105,13 @@ def test_patterns_only_on_whole_repositories(site: Callable[..., Path]) -> None:
     root = make(site, "http://127.0.0.1:9", catalog("hf://org/repo/model.gguf", 'include: ["*.gguf"]'))
     res = run_cli("-C", str(root), "catalog", "validate", "--offline")
     assert res.exit_code == 1 and "include/exclude select files of a whole repository" in res.stderr
+
+
+def test_validate_sends_no_token_over_plain_http(hf_mirror: HfMirror, site: Callable[..., Path],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_control_host_token")
+    with recording_server("127.0.0.1", upstream=hf_mirror.url) as mirror:
+        root = make(site, mirror.url, catalog(f"hf://{hf_mirror.repo}"))
+        res = run_cli("-C", str(root), "catalog", "validate")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert mirror.seen and mirror.auths() == {None}
