@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from llmgw.errors import UsageError
-from llmgw.router.quotas import GroupQuota
+from llmgw.router.quotas import refusal_error
 from llmgw.router.server import parse_addr
 from llmgw.router.table import RoutingTable
 from llmgw.state import State
+from llmgw.store import GroupLimit, Refusal, Store, UsageDelta, open_store
 from tests.support.router import model, replica
 
 
@@ -78,34 +80,49 @@ def test_new_endpoint_forgets_health() -> None:
     assert t2.replicas["r0"].health == "unknown" and t2.replicas["r0"].routable(time.monotonic())
 
 
-def test_rpm_sliding_window() -> None:
-    q = GroupQuota("g", rpm=2, tokens_per_day=None)
+def _quota_store(tmp_path: Path, **limits: int | None) -> tuple[Store, str, list[GroupLimit]]:
+    store = open_store(f"sqlite://{tmp_path / 'store.sqlite'}")
+    store.set_group("g", **limits)  # type: ignore[arg-type]
+    key = store.create_key("k", "g")[0].id
+    return store, key, [GroupLimit("g", limits.get("rpm"), limits.get("tokens_per_day"))]
+
+
+def test_rpm_sliding_window(tmp_path: Path) -> None:
+    store, key, limits = _quota_store(tmp_path, rpm=2)
     t0 = 600.0 * 60  # the start of a minute
-    assert q.refusal(t0, "d") is None
-    q.add_request(int(t0 // 60))
-    q.add_request(int(t0 // 60))
-    refused = q.refusal(t0 + 1, "d")
-    assert refused is not None and refused.status == 429 and "Retry-After" in refused.headers
+
+    def admit(at: float, rid: str) -> Refusal | None:
+        return store.admit(key, limits, now=at, day="d", reserve=0, reservation_id=rid, expires_at=at + 60)
+
+    assert admit(t0, "a") is None and admit(t0, "b") is None
+    refused = admit(t0 + 1, "c")
+    assert refused is not None and refused.what == "rpm"
+    error = refusal_error(refused, t0 + 1)
+    assert error.status == 429 and "Retry-After" in error.headers
     # Next minute, a quarter in: the previous minute still weighs 3/4 of 2 = 1.5 -> refused.
-    assert q.refusal(t0 + 75, "d") is not None
+    assert admit(t0 + 75, "d") is not None
     # Three quarters in: 0.5 + 1 <= 2 -> allowed.
-    assert q.refusal(t0 + 105, "d") is None
+    assert admit(t0 + 105, "e") is None
+    store.close()
 
 
-def test_tokens_per_day_and_flush_layers() -> None:
-    q = GroupQuota("g", rpm=None, tokens_per_day=100)
-    q.add_tokens("2026-01-01", 60)
-    assert q.refusal(0, "2026-01-01") is None
-    q.begin_flush()
-    q.add_tokens("2026-01-01", 50)
-    assert q.tokens_on("2026-01-01") == 110  # flushing + pending both count
-    assert q.refusal(0, "2026-01-01") is not None
-    q.end_flush({}, "2026-01-01", 60, 0)  # the store now holds the flushed 60
-    assert q.tokens_on("2026-01-01") == 110
-    assert q.tokens_on("2026-01-02") == 0  # a new day starts from zero
-    q.begin_flush()
-    q.abort_flush()  # a failed write puts the counts back
-    assert q.tokens_on("2026-01-01") == 110
+def test_tokens_per_day_reserve_then_settle(tmp_path: Path) -> None:
+    store, key, limits = _quota_store(tmp_path, tokens_per_day=100)
+
+    def admit(reserve: int, rid: str) -> Refusal | None:
+        return store.admit(key, limits, now=1000.0, day="2026-01-01", reserve=reserve, reservation_id=rid,
+                           expires_at=5000.0)
+
+    assert admit(60, "r1") is None
+    assert admit(50, "r2") is None  # 60 reserved < 100: admitted, may take the group past it
+    refused = admit(1, "r3")  # 110 reserved
+    assert refused is not None and refused.what == "tokens" and refusal_error(refused, 0).status == 429
+    # r1 used 10 tokens: settled, its reservation becomes usage in one transaction.
+    store.add_usage([UsageDelta(key, "2026-01-01", "m", 1, 4, 6)], [], ["r1"], now=1000.0)
+    assert admit(1, "r4") is None  # 10 used + 50 reserved
+    assert store.admit(key, limits, now=6000.0, day="2026-01-02", reserve=1, reservation_id="r5",
+                       expires_at=9000.0) is None  # a new day, and r2/r4 expired
+    store.close()
 
 
 @pytest.mark.parametrize(("text", "addr"), [
