@@ -155,7 +155,8 @@ class Plan(_Model):
                 state=prev.state if prev else "ready", endpoint=r.endpoint,
                 shards=[Shard(node=s.node, rank=s.rank, gpus=s.gpus, port=s.port, unit=s.unit) for s in r.shards],
                 created_at=prev.created_at if prev else None, spec_hash=r.spec_hash,
-                cache_name=r.cache_name or (prev.cache_name if prev else None)))
+                cache_name=r.cache_name or (prev.cache_name if prev else None),
+                source=r.source or (prev.source if prev else None)))
         return state.model_copy(update={"replicas": replicas, "models": list(self.desired.models)})
 
 

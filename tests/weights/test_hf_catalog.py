@@ -115,3 +115,26 @@ def test_validate_sends_no_token_over_plain_http(hf_mirror: HfMirror, site: Call
         res = run_cli("-C", str(root), "catalog", "validate")
     assert res.exit_code == 0, res.stdout + res.stderr
     assert mirror.seen and mirror.auths() == {None}
+
+
+def test_a_moved_revision_replaces_the_replica_visibly() -> None:
+    """The planner sees a whole repository as validate pinned it: when `main` moves to another
+    commit (a later `catalog validate --refresh`), the replica is replaced with a reason, never
+    left serving under an entry whose weights changed."""
+    from llmgw.planner import make_plan
+    from llmgw.state import State
+    from tests.support.plan_inputs import cpu_profile, facts, host, inputs, model
+
+    def pinned(commit: str) -> list[object]:
+        return [model("big", cpu_profile(), source=f"hf://org/big@{commit}")]
+
+    nodes, fleet = [host("a")], [facts("a", 0)]
+    first = make_plan(inputs(pinned("a" * 40), nodes, fleet))
+    state = first.applied(State(lineage="test"))
+    assert [r.source for r in state.replicas] == ["hf://org/big@" + "a" * 40]
+    assert not make_plan(inputs(pinned("a" * 40), nodes, fleet, state=state)).has_changes
+    moved = make_plan(inputs(pinned("b" * 40), nodes, fleet, state=state))
+    [action] = [a for a in moved.actions if a.replaces]
+    assert action.code == "definition_changed"
+    new = next(r for r in moved.desired.replicas if r.id == action.replica)
+    assert new.source == "hf://org/big@" + "b" * 40 and new.cache_name != state.replicas[0].cache_name
