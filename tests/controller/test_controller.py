@@ -111,3 +111,28 @@ def test_status_shows_the_controllers_last_runs(tmp_path: Path, pg_state: str) -
         ctl.backend.close()
     shown = run_cli("-C", str(work), "status", "--no-router").stdout
     assert f"controller run 2 ({added[:12]}): applied" in shown, shown
+
+
+def test_a_new_leader_finishes_the_run_its_predecessor_left_applying(tmp_path: Path, pg_state: str) -> None:
+    repo = site_repo(tmp_path, pg_state)
+    one, two = clone(repo, tmp_path / "one"), clone(repo, tmp_path / "two")
+    seed_applied(one)
+    first, second = Controller(one, say=lambda _l: None), Controller(two, say=lambda _l: None)
+    try:
+        first.tick()
+        second.tick()
+        assert first.status.leader and not second.status.leader
+        added = commit(repo, {"catalog/new.yaml": NEW}, "add new")
+        # The leader dies between recording the run as applying and writing the state.
+        left = first.runs.add(added, "applying", "Plan: 0 to add, 1 to change, 0 to destroy.", False, "", first.name)
+        first.stop()
+        second.tick()
+        assert second.status.leader
+        assert second.runs.get(left.id).status == "interrupted"
+        newest = second.runs.all()[0]
+        assert (newest.commit, newest.status, newest.controller) == (added, "applied", second.name), newest.log
+        assert {m.name for m in second.backend.read().models} == {"old", "new"}
+    finally:
+        for c in (first, second):
+            c.stop()
+            c.backend.close()
