@@ -215,3 +215,16 @@ def test_a_password_in_the_url_is_refused_without_repeating_it(tmp_path: Path) -
         said = refused.value.message + (refused.value.hint or "")
         assert "llmgw.yaml:3" in said and "password" in said and "LLMGW_STATE_PASSWORD" in said
         assert "s3cret-pw" not in said
+
+
+@pg
+def test_the_password_can_come_from_a_file(pg_state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text(os.environ["LLMGW_STATE_PASSWORD"] + "\n")
+    monkeypatch.delenv("LLMGW_STATE_PASSWORD")
+    monkeypatch.setenv("LLMGW_STATE_PASSWORD_FILE", str(secret))
+    with open_backend(pg_state, root=tmp_path) as b:
+        assert b.read().serial == 0
+    monkeypatch.setenv("LLMGW_STATE_PASSWORD_FILE", str(tmp_path / "missing"))
+    with pytest.raises(StateError, match="LLMGW_STATE_PASSWORD_FILE"):
+        open_backend(pg_state, root=tmp_path)
