@@ -18,6 +18,8 @@ from llmgw.facts.records import HostFacts
 from llmgw.yamlio import FileError, atomic_write, read_text
 
 SUFFIX = ".json"
+# A fabric's raw ibnetdiscover text rides in one host's facts: thousands of hosts make megabytes.
+MAX_FACTS_BYTES = 64 * 1024 * 1024
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
@@ -47,7 +49,7 @@ def read_facts(facts_dir: Path) -> dict[str, HostFacts]:
             continue
         try:
             # bounded and UTF-8 only: facts are committed with the site, so a pull request may change them
-            text = read_text(path)
+            text = read_text(path, max_bytes=MAX_FACTS_BYTES)
         except FileError as exc:
             raise FactsError(f"facts file {exc}", path=str(path),
                              hint="delete the file and run `llmgw facts` to gather it again") from None
