@@ -192,3 +192,12 @@ def test_module_through_ansible(tmp_path: Path, cache: Path) -> None:
     assert gone["removed"] == [{"name": fetched["name"], "size_bytes": 1000}]
     assert gone["refused"][0]["name"] == "operator.gguf"  # type: ignore[index]
     assert mine.exists() and not Path(str(fetched["path"])).exists()
+
+
+@pytest.mark.parametrize("module", ["weights", "weights_progress"])
+def test_ansible_doc_reads_the_module(module: str) -> None:
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections")}
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), f"llmgw.cluster.{module}"],
+                          capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "RETURN VALUES" in proc.stdout and "EXAMPLES" in proc.stdout

@@ -28,8 +28,8 @@ options:
     required: true
   queued_timeout:
     description:
-      - Seconds a download may stay queued (the role wrote C({"state": "queued"}), no process took it up)
-        before it counts as failed; a module that never started cannot say so itself.
+      - Seconds a download may stay queued (the role wrote a C(queued) progress file and no process took it
+        up) before it counts as failed; a module that never started cannot say so itself.
     type: int
     default: 300
 attributes:
