@@ -173,8 +173,7 @@ class StateBackend(ABC):
         """Write `state` made from serial `expect_serial` of the same lineage: compare-and-set.
 
         A state with no lineage yet takes the backend's, or a new one on the first write."""
-        current_lineage = None if not state.lineage else state.lineage
-        return self._store(state, expect_serial=expect_serial, expect_lineage=current_lineage,
+        return self._store(state, expect_serial=expect_serial, expect_lineage=state.lineage or None,
                            meta=meta or WriteMeta())
 
     def push(self, state: State, *, force: bool = False, meta: WriteMeta | None = None) -> State:
