@@ -26,11 +26,11 @@ from llmgw.site import Site
 
 PLAYBOOK = "facts.yml"
 # Task names in playbooks/facts.yml whose results become the facts.
-TASK_NODE = "llmgw node facts"
-TASK_GPU = "llmgw GPU facts"
-TASK_IB = "llmgw InfiniBand facts"
+TASK_NODE = "Gather llmgw node facts"
+TASK_GPU = "Gather llmgw GPU facts"
+TASK_IB = "Gather llmgw InfiniBand facts"
 TASK_PROBES = "Choose one host per fabric"
-TASK_FABRIC = "llmgw fabric map (ibnetdiscover)"
+TASK_FABRIC = "Map each fabric (ibnetdiscover)"
 CAPTURED = (TASK_NODE, TASK_GPU, TASK_IB, TASK_FABRIC)
 
 Outcome = Literal["gathered", "stale", "failed"]

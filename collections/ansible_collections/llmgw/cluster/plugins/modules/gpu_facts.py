@@ -31,13 +31,8 @@ requirements:
   - nvidia-ml-py (import name C(pynvml)) on the managed host, and the NVIDIA driver. The
     playbook C(playbooks/facts.yml) installs nvidia-ml-py when C(llmgw_install_nvml) is true.
 options: {}
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
+extends_documentation_fragment:
+  - llmgw.cluster.facts
 notes:
   - Works without Ansible too (see C(scripts/gpu-check)); the logic lives in the
     collection's C(module_utils/gpu.py).

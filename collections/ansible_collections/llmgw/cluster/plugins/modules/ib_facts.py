@@ -44,13 +44,8 @@ options:
     default: /
 requirements:
   - infiniband-diags on the host for O(ibnetdiscover=true).
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
+extends_documentation_fragment:
+  - llmgw.cluster.facts
 """
 
 EXAMPLES = r"""

@@ -57,13 +57,8 @@ options:
       - Where C(/proc) and C(/sys) are read from. Only tests change it.
     type: path
     default: /
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
+extends_documentation_fragment:
+  - llmgw.cluster.facts
 """
 
 EXAMPLES = r"""
@@ -119,7 +114,9 @@ ansible_facts:
       type: list
       elements: dict
       returned: always
-      sample: [{name: llmgw-shard@qwen-7b-0-0.service, active_state: active, sub_state: running}]
+      sample:
+        - {name: llmgw-qwen2.5-7b-1-0.service, active_state: active, sub_state: running,
+           lineage: 6f1c2b9e-0d4a-4c57-9b1e-2f7a8c3d5e60}
     llmgw_units_unknown_reason:
       description: Why C(llmgw_units) is null.
       type: str
