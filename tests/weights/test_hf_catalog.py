@@ -138,3 +138,27 @@ def test_a_moved_revision_replaces_the_replica_visibly() -> None:
     assert action.code == "definition_changed"
     new = next(r for r in moved.desired.replicas if r.id == action.replica)
     assert new.source == "hf://org/big@" + "b" * 40 and new.cache_name != state.replicas[0].cache_name
+
+
+def test_the_disk_filter_uses_the_cached_repository_size(hf_mirror: HfMirror, site: Callable[..., Path]) -> None:
+    from datetime import UTC, datetime
+
+    from llmgw.facts import Filesystem, HostFacts
+    from llmgw.facts.cache import write_facts
+
+    root = make(site, hf_mirror.url, catalog(f"hf://{hf_mirror.repo}"))
+    assert run_cli("-C", str(root), "catalog", "validate").exit_code == 0
+    (root / "llmgw.yaml").write_text("mirror: http://127.0.0.1:9\ninventory: hosts.yml\n")  # offline from here
+    size = sum((hf_mirror.files / n).stat().st_size for n in hf_mirror.file_names())
+
+    def free(n: int) -> None:
+        fs = Filesystem(mount="/", device="/dev/sda1", fstype="ext4", shared=False, free_bytes=n,
+                        total_bytes=10**12, paths=["/var/cache/llmgw"])
+        write_facts(root / "facts", HostFacts(host="n1", gathered_at=datetime.now(UTC), cpus=4,
+                                              memory_total_mb=8192, gpus=[], filesystems=[fs]))
+
+    free(size - 1)
+    res = run_cli("-C", str(root), "plan")
+    assert res.exit_code == 0 and planned(root) == [] and "weights need" in res.stdout, res.stdout
+    free(size)
+    assert [r["source"] for r in planned(root)] == [f"hf://{hf_mirror.repo}@{hf_mirror.commit}"]
