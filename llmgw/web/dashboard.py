@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from llmgw.errors import FabricError, LlmgwError
+from llmgw.state.summary import site_state_summary, summary_line
 from llmgw.views import Runtime, SiteData, SiteDataCache
 from llmgw.views.fabrics import fabric_drawing, fabrics_list
 from llmgw.views.models import models_view, placement_failures
@@ -97,7 +98,10 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         if isinstance(data, HTMLResponse):
             return data
         view = status_view(data, sources.runtime(), datetime.now(UTC))
-        return page("overview.html", request, title="Overview", view=view, site=str(data.site.root))
+        # Who wrote the state and who holds its lock (a PostgreSQL state's history), off the loop.
+        state = await asyncio.to_thread(site_state_summary, data.site)
+        return page("overview.html", request, title="Overview", view=view, site=str(data.site.root),
+                    state_line=summary_line(state))
 
     @api.get("/nodes", response_class=HTMLResponse, include_in_schema=False)
     async def nodes(request: Request) -> HTMLResponse:

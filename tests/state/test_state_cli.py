@@ -174,3 +174,23 @@ def test_status_shows_serial_author_and_lock_holder(sites: tuple[Path, Path], pg
         assert view["lock"]["id"] == held.id and view["lock"]["holder"] == held.holder
         line = ok(a, "status", "--no-router").stdout
         assert "State: serial 1, written by carol@bastion" in line and f"lock id {held.id}" in line
+
+
+def test_the_dashboard_overview_names_the_writer_and_the_lock_holder(sites: tuple[Path, Path], pg_state: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from llmgw.views import Runtime, SiteDataCache
+    from llmgw.web.dashboard import DashboardSources, dashboard_router
+
+    a, _b = sites
+    monkeypatch.setenv("LLMGW_AUTHOR", "dave <b>@bastion")
+    ok(a, "apply", "--auto-approve")
+    app = FastAPI()
+    app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(a),
+                                                         runtime=lambda: Runtime.unknown("no router here"))))
+    with open_backend(pg_state, root=a) as other, other.lock("apply") as held, TestClient(app) as client:
+        page = client.get("/").text
+    assert "State: serial 1, written by dave &lt;b&gt;@bastion (apply)" in page  # escaped
+    assert f"lock id {held.id}" in page
