@@ -78,6 +78,9 @@ def _pydantic_problems(exc: ValidationError, doc: Any, rel: str, prefix: list[st
         if m and err["type"] == "value_error":
             loc.append(m.group(1))
             msg = m.group(2)
+        if loc and loc[-1] == "[key]":  # a mapping key itself is wrong (an env name): name the key
+            loc = loc[:-1]
+            msg = f"the key {err['input']!r} is not allowed here: {msg[0].lower()}{msg[1:]}"
         if err["type"] == "extra_forbidden":
             msg = f"unknown key {loc[-1]!r}; check its spelling (the catalog refuses keys it does not know)"
         elif err["type"] == "missing":
