@@ -140,3 +140,12 @@ def test_progress_states(tmp_path: Path) -> None:
     prog.write_text(json.dumps({"state": "running", "pid": 999999, "bytes": 10, "total": 20}))
     died = progress.read_progress(str(cache), name)
     assert died["state"] == "failed" and "process (pid 999999) is gone" in died["error"] and died["bytes"] == 10
+
+
+def test_progress_total_is_asked_of_the_endpoint(hf_mirror: HfMirror) -> None:
+    """Without a size from the control side, the host asks the endpoint (olah lists no sizes)."""
+    names = hf_mirror.file_names()
+    want = sum((hf_mirror.files / n).stat().st_size for n in names)
+    assert mod.repo_total(hf_mirror.repo, hf_mirror.commit, [], [], hf_mirror.url, None, 30) == want
+    jsons = sum((hf_mirror.files / n).stat().st_size for n in names if n.endswith(".json"))
+    assert mod.repo_total(hf_mirror.repo, hf_mirror.commit, ["*.json"], [], hf_mirror.url, None, 30) == jsons

@@ -285,6 +285,30 @@ def _tree_bytes(path):
     return total
 
 
+def repo_total(repo, revision, include, exclude, hf_endpoint, token, timeout):
+    """Bytes the selected files of the snapshot hold (the progress total), or None when not known.
+
+    Asked of the endpoint like huggingface_hub asks it (the revision's file list, then each
+    file's metadata), so it works against offline mirrors that send no sizes in the list."""
+    try:
+        from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+        from huggingface_hub.utils import filter_repo_objects
+        endpoint = hf_endpoint.rstrip("/")
+        info = HfApi(endpoint=endpoint).model_info(repo, revision=revision, token=token or False, timeout=timeout)
+        names = filter_repo_objects([s.rfilename for s in info.siblings or []], allow_patterns=include or None,
+                                    ignore_patterns=exclude or None)
+        total = 0
+        for n in names:
+            meta = get_hf_file_metadata(hf_hub_url(repo, n, revision=revision, endpoint=endpoint),
+                                        token=token or False, timeout=timeout, endpoint=endpoint)
+            if meta.size is None:
+                return None
+            total += meta.size
+        return total
+    except Exception:  # noqa: BLE001 - the total is for display only; the download reports its own errors
+        return None
+
+
 def _fetch_repo(source, part, cache_dir, name, hf_endpoint, token, expected, timeout):
     """A whole repository snapshot into the folder `part`, with huggingface_hub (resumable, verified)."""
     repo, revision, include, exclude = parse_hf_repo(source)
@@ -296,6 +320,8 @@ def _fetch_repo(source, part, cache_dir, name, hf_endpoint, token, expected, tim
     except ImportError:
         raise FetchError("huggingface_hub is not installed for %s on this host; the llmgw_weights role installs "
                          "it from the control host's wheelhouse" % sys.executable) from None
+    if expected is None:
+        expected = repo_total(repo, revision, include, exclude, hf_endpoint, token, timeout)
     os.makedirs(part, mode=0o750, exist_ok=True)
     stop = threading.Event()
 
