@@ -18,7 +18,7 @@ from llmgw.errors import UsageError
 from llmgw.planner import Plan, load_plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import render_plan
-from llmgw.state import WriteMeta, backend_for, git_commit
+from llmgw.state import LockInfo, WriteMeta, backend_for, git_commit, lock_waiting
 
 
 class StepBars:
@@ -55,6 +55,10 @@ def _load_plan(path: Path) -> Plan:
     return load_plan(text, str(path))
 
 
+def _waiting(holder: LockInfo) -> None:
+    err_console.print(f"Waiting for the state's lock, held by {holder.describe()}", markup=False, soft_wrap=True)
+
+
 @click.command("apply")
 @click.argument("plan_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--auto-approve", is_flag=True, help="Apply without asking (needed when not on a terminal).")
@@ -62,8 +66,11 @@ def _load_plan(path: Path) -> Plan:
               help="Seconds to wait for drained replicas to finish their requests before stopping them.")
 @click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
               help="Hosts Ansible works on at once.")
+@click.option("--lock-timeout", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
+              help="Wait this long for another apply (or the controller) to release the state's lock.")
 @pass_app
-def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: float, forks: int) -> None:
+def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: float, forks: int,
+          lock_timeout: float) -> None:
     """Make the fleet match the catalog: plan (or read PLAN_FILE), then start and stop engine shards.
 
     New replicas serve before old ones are drained and stopped; the state file is written after
@@ -87,7 +94,7 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
         # Routers still get the state when an earlier apply stopped before delivering it.
         applier = applier_for(site, plan, forks=forks, backend=backend, meta=meta)
         if backend.routers_behind(applier.hosts.routers, applier.state.serial):
-            with backend.lock("apply"):
+            with lock_waiting(backend, "apply", lock_timeout, on_wait=_waiting):
                 behind = applier.catch_up_routers()
             console.print(f"Delivered state serial {applier.state.serial} to {', '.join(behind)}, "
                           "which had not loaded it.")
@@ -104,7 +111,7 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
     bars = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[what]}"),
                     TimeElapsedColumn(),
                     console=err_console, transient=False, disable=not err_console.is_terminal)
-    with backend.lock("apply"), bars:
+    with lock_waiting(backend, "apply", lock_timeout, on_wait=_waiting), bars:
         ui = StepBars(bars)
         say = ui.say if err_console.is_terminal else (
             lambda line: err_console.print(f"{time.monotonic() - started:6.1f}s > {line}", markup=False))

@@ -7,7 +7,16 @@
     select.py    which backend a site uses (`state:` in llmgw.yaml), and its password
 """
 
-from llmgw.state.backend import LockInfo, SerialRecord, StateBackend, WriteMeta, default_author, git_commit
+from llmgw.state.backend import (
+    LockHeld,
+    LockInfo,
+    SerialRecord,
+    StateBackend,
+    WriteMeta,
+    default_author,
+    git_commit,
+    lock_waiting,
+)
 from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
 from llmgw.state.model import (
     STATE_VERSION,
@@ -25,6 +34,7 @@ from llmgw.state.select import backend_for, is_state_url, open_backend
 __all__ = [
     "STATE_VERSION",
     "LocalBackend",
+    "LockHeld",
     "LockInfo",
     "ModelRecord",
     "PostgresBackend",
@@ -40,6 +50,7 @@ __all__ = [
     "default_author",
     "git_commit",
     "is_state_url",
+    "lock_waiting",
     "open_backend",
     "parse_state",
     "read_state",

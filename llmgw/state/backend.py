@@ -17,9 +17,11 @@ import getpass
 import os
 import socket
 import subprocess
+import time
 import uuid
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -219,10 +221,42 @@ class StateBackend(ABC):
         return self._store(state, expect_serial=0, expect_lineage=None, meta=meta, new_serial=state.serial)
 
 
-def describe_lock_error(info: LockInfo, where: str) -> StateError:
-    hint = ("wait for it to finish, or when its holder is gone for good: "
+class LockHeld(StateError):
+    """Someone else holds the state's lock (`holder` says who)."""
+
+    def __init__(self, message: str, *, holder: LockInfo, hint: str) -> None:
+        super().__init__(message, hint=hint)
+        self.holder = holder
+
+
+def describe_lock_error(info: LockInfo, where: str) -> LockHeld:
+    hint = ("wait for it to finish (`--lock-timeout`), or when its holder is gone for good: "
             + ("`llmgw state unlock " + info.id + "`" if info.expires_at is not None else
                "the lock ends when that process exits")
             + (" (the lease ends on its own if the holder died)" if info.expires_at is not None else ""))
-    return StateError(f"the state at {where} is locked by {info.describe()}", hint=hint)
+    return LockHeld(f"the state at {where} is locked by {info.describe()}", holder=info, hint=hint)
+
+
+@contextmanager
+def lock_waiting(backend: StateBackend, operation: str, timeout: float, *, poll: float = 1.0,
+                 on_wait: Callable[[LockInfo], None] | None = None) -> Iterator[LockInfo]:
+    """`backend.lock(operation)`, waiting up to `timeout` seconds for another holder to let go
+    (checking every `poll` seconds); then refused like `lock`, naming the holder."""
+    deadline = time.monotonic() + timeout
+    told = False
+    while True:
+        stack = ExitStack()
+        try:
+            info = stack.enter_context(backend.lock(operation))
+        except LockHeld as held:
+            if time.monotonic() >= deadline:
+                raise
+            if on_wait is not None and not told:
+                on_wait(held.holder)
+                told = True
+            time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+            continue
+        with stack:  # only taking the lock is retried, never the caller's block
+            yield info
+        return
 

@@ -194,3 +194,24 @@ def test_the_dashboard_overview_names_the_writer_and_the_lock_holder(sites: tupl
         page = client.get("/").text
     assert "State: serial 1, written by dave &lt;b&gt;@bastion (apply)" in page  # escaped
     assert f"lock id {held.id}" in page
+
+
+def test_apply_waits_for_the_lock_when_asked(sites: tuple[Path, Path]) -> None:
+    a, b = sites
+    env = {**os.environ, "LLMGW_AUTHOR": "alice@site-a"}
+    with subprocess.Popen([sys.executable, "-c", HOLDER, str(a)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True, env=env, cwd=REPO) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip()
+        with subprocess.Popen([str(Path(sys.executable).parent / "llmgw"), "-C", str(b), "apply", "--auto-approve",
+                               "--lock-timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) as waiter:
+            assert waiter.stderr is not None
+            line = waiter.stderr.readline()  # the event: it says it waits, and for whom
+            assert "Waiting for the state's lock, held by alice@site-a" in line, line
+            holder.stdin.write("done\n")
+            holder.stdin.close()
+            assert holder.wait(30) == 0
+            out, err = waiter.communicate(timeout=120)
+            assert waiter.returncode == 0, err
+            assert "Apply complete!" in out
