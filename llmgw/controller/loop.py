@@ -35,7 +35,7 @@ from llmgw.planner import load_plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import summary_line
 from llmgw.site import Site
-from llmgw.state import PostgresBackend, StateBackend, WriteMeta, backend_for
+from llmgw.state import LockHeld, PostgresBackend, StateBackend, WriteMeta, backend_for
 
 log = logging.getLogger("llmgw.controller")
 
@@ -186,6 +186,9 @@ class Controller:
             lines.append(f"applied: {len(outcome.created)} added, {len(outcome.destroyed)} destroyed "
                          f"(state serial {outcome.serial})")
             self.runs.update(run.id, status="applied", log="\n".join(lines)[-16000:])
+        except LockHeld as held:
+            # A person's apply (or an activation) holds the state: try again next tick.
+            self.runs.update(run.id, status="approved", log=f"waiting for the state's lock: {held.holder.describe()}")
         except LlmgwError as exc:
             lines.append(f"Error: {exc.message}")
             lines.extend(exc.detail)

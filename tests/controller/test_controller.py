@@ -136,3 +136,24 @@ def test_a_new_leader_finishes_the_run_its_predecessor_left_applying(tmp_path: P
         for c in (first, second):
             c.stop()
             c.backend.close()
+
+
+def test_a_person_holding_the_lock_makes_the_controller_wait_not_fail(tmp_path: Path, pg_state: str) -> None:
+    from llmgw.state import open_backend
+
+    repo = site_repo(tmp_path, pg_state)
+    work = clone(repo, tmp_path / "work")
+    seed_applied(work)
+    ctl = Controller(work, say=lambda _l: None)
+    try:
+        ctl.tick()
+        added = commit(repo, {"catalog/new.yaml": NEW}, "add new")
+        with open_backend(pg_state, root=work) as person, person.lock("apply") as held:
+            ctl.tick()
+            run = ctl.runs.all()[0]
+            assert (run.commit, run.status) == (added, "approved") and held.holder in run.log
+        ctl.tick()
+        assert ctl.runs.get(run.id).status == "applied"
+    finally:
+        ctl.stop()
+        ctl.backend.close()
