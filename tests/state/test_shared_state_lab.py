@@ -6,16 +6,26 @@ nothing is destroyed. A's state moves to PostgreSQL and both point at it: B plan
 "No changes". Then a serial written but never delivered (an apply killed between the two)
 reaches the router with the next apply, although the plan has no changes; the apply after
 that contacts no host.
+
+Then the controller follows the site's git repository: a commit that scales the model up is
+applied without a person while a client sends requests without pause (none fails); a
+commit that removes the model waits for approval; both are in the run history.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
+from llmgw.apply import hosts_for
+from llmgw.controller import Controller
 from llmgw.facts.cache import read_facts
 from llmgw.site import Site
 from llmgw.state import WriteMeta, backend_for
@@ -77,3 +87,75 @@ def test_a_second_checkout_refuses_foreign_units_then_shares_the_state(site_a: L
     quiet = run_cli("-C", str(b), "apply", "--auto-approve")
     assert quiet.exit_code == 0 and "Delivered" not in quiet.stdout and "No changes" in quiet.stdout
     assert {n: us for n, us in a.active_units().items() if us} == running
+
+    controller_follows_the_repository(a, tmp_path)
+
+
+class Hammer(threading.Thread):
+    """Chat completions one after another until stopped; every failure is kept."""
+
+    def __init__(self, api: openai.OpenAI) -> None:
+        super().__init__(daemon=True)
+        self.api = api
+        self.ok = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.api.chat.completions.create(model="tiny", max_tokens=2,
+                                                 messages=[{"role": "user", "content": "hi"}])
+                self.ok += 1
+            except Exception as exc:  # every failure counts, whatever it is
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+
+
+def controller_follows_the_repository(a: Lab, tmp_path: Path) -> None:
+    (a.site / ".gitignore").write_text(".lab/\n.llmgw/\nstate.json*\n*.sqlite\n")
+    git(a.site, "init", "-q", "-b", "main")
+    git(a.site, "add", "-A")
+    git(a.site, "commit", "-q", "-m", "the lab site")
+    work = tmp_path / "controller"
+    subprocess.run(["git", "clone", "-q", str(a.site), str(work)], check=True, capture_output=True, timeout=60)
+    (work / ".lab").symlink_to(a.site / ".lab")  # the lab's SSH key and engine artifacts
+    ctl = Controller(work, say=lambda _line: None)
+    key = hosts_for(Site.load(a.site)).create_key("controller-lab")["key"]
+    hammer = Hammer(openai.OpenAI(base_url=a.router_url + "/v1", api_key=key, max_retries=0, timeout=30))
+    try:
+        ctl.tick()
+        assert ctl.runs.all()[0].status == "no-changes", ctl.runs.all()[0].summary
+        hammer.start()
+        catalog = a.site / "catalog" / "tiny.yaml"
+        catalog.write_text(catalog.read_text().replace("scaling: {min: 1,", "scaling: {min: 2,"))
+        git(a.site, "commit", "-q", "-am", "tiny: min 2")
+        ctl.tick()
+        up = ctl.runs.all()[0]
+        assert up.status == "applied" and not up.destructive, up.log
+        assert sorted(r.state for r in ctl.backend.read().replicas) == ["ready", "ready"]
+
+        catalog.write_text("models: []\n")
+        git(a.site, "commit", "-q", "-am", "remove tiny")
+        ctl.tick()
+        down = ctl.runs.all()[0]
+        assert down.status == "waiting" and down.destructive, down.summary
+        assert len(ctl.backend.read().replicas) == 2  # nothing removed without a person
+        hammer.stop.set()
+        hammer.join(60)
+        assert hammer.ok > 0 and hammer.failures == [], hammer.failures[:5]
+
+        assert run_cli("-C", str(work), "approve", str(down.id)).exit_code == 0
+        ctl.tick()
+        assert ctl.runs.get(down.id).status == "applied", ctl.runs.get(down.id).log
+        assert ctl.backend.read().replicas == []
+        listed = json.loads(run_cli("-C", str(work), "controller", "runs", "--json").stdout)["runs"]
+        assert [r["status"] for r in listed[:2]] == ["applied", "applied"]
+    finally:
+        hammer.stop.set()
+        ctl.stop()
+        ctl.backend.close()
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=lab", "-c", "user.email=lab@example.invalid", *args],
+                   check=True, capture_output=True, timeout=60)
