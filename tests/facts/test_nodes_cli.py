@@ -92,10 +92,10 @@ def test_the_table_marks_unknown_with_a_dash() -> None:
 def test_gpus_used_by_replicas_are_not_free(example: Path) -> None:
     state = State(replicas=[
         Replica(id="llama-3.1-70b-1", model="llama-3.1-70b", profile="h100-tp4", engine="vllm", state="ready",
-                endpoint="http://10.0.1.11:20000",
+                endpoint="http://192.0.2.11:20000",
                 shards=[Shard(node="gpu-node-01", rank=0, gpus=[0, 1, 2, 3], port=20000, unit="llmgw-a")]),
         Replica(id="deepseek-v3-1", model="deepseek-v3", profile="h100-2x8", engine="sglang", state="ready",
-                endpoint="http://10.0.1.16:20001",
+                endpoint="http://192.0.2.16:20001",
                 shards=[Shard(node="gpu-node-06", rank=0, gpus=[0, 1, 2, 4, 5, 6, 7], port=20001, unit="llmgw-b"),
                         Shard(node="gpu-node-07", rank=1, gpus=[0, 1, 2, 3, 4, 6, 7], port=20001, unit="llmgw-c")]),
     ])
