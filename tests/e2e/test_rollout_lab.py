@@ -1,0 +1,126 @@
+"""Availability through rollouts, on a lab of three hosts with the real llama-server.
+
+`tiny` at `scaling: {min: 2}`: its two replicas go to two different hosts. Then sixteen
+concurrent streaming clients (64-token streams, the OpenAI SDK, through the router on
+node1) run while apply performs two rolling moves — drain the host of one replica,
+apply, uncordon, apply — the first moving the replica off the router's own host, the
+second moving one onto it. Not one request may fail, and after every drain the two
+replicas are on different hosts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from llmgw.apply import hosts_for
+from llmgw.site import Site
+from tests.support.lab import Lab, lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+CATALOG = """\
+models:
+  - name: tiny
+    source: file:///srv/models/tiny.gguf
+    scaling: {min: 2, max: 2}
+    profiles:
+      - name: cpu
+        engine: llamacpp
+        gpus: 0
+        min_memory_gb: 1
+        args: ["--ctx-size", "2048"]
+"""
+CLIENTS = 16
+
+
+class Streams:
+    """CLIENTS threads, each streaming 64-token completions back to back until stopped."""
+
+    def __init__(self, base_url: str, key: str) -> None:
+        self.apis = [openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=120)
+                     for _ in range(CLIENTS)]
+        self.ok = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(api,), daemon=True) for api in self.apis]
+
+    def _run(self, api: openai.OpenAI) -> None:
+        while not self.stop.is_set():
+            try:
+                chunks = list(api.chat.completions.create(
+                    model="tiny", max_tokens=64, stream=True, messages=[{"role": "user", "content": "hello"}]))
+                finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+                assert finish, "the stream ended without a finish_reason"
+                with self.lock:
+                    self.ok += 1
+            except Exception as exc:  # every failure counts, whatever it is
+                with self.lock:
+                    self.failures.append(f"{type(exc).__name__}: {exc}")
+
+    def __enter__(self) -> Streams:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(150)
+        for api in self.apis:
+            api.close()
+
+    def wait_for(self, n: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        start = self.ok
+        while self.ok < start + n and not self.failures:
+            assert time.monotonic() < deadline, f"fewer than {n} streams finished in {timeout:g} s"
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def the_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    with lab(tmp_path_factory.mktemp("rollout"), prefix="llmgw-rollout") as it:
+        (it.site / "catalog" / "tiny.yaml").write_text(CATALOG)
+        it.ok("facts")
+        yield it
+
+
+def hosts_of(the_lab: Lab) -> list[str]:
+    return sorted(s.node for r in the_lab.state.replicas for s in r.shards)
+
+
+def test_sixteen_streams_through_two_rolling_moves_fail_nothing(the_lab: Lab) -> None:
+    the_lab.ok("apply", "--auto-approve")
+    assert [r.state for r in the_lab.state.replicas] == ["ready", "ready"]
+    before = hosts_of(the_lab)
+    assert len(set(before)) == 2, before  # spread: two hosts, though all three fit
+    router_host = "node1"  # tests/support/lab.py: node1 is the router
+    key = hosts_for(Site.load(the_lab.site)).create_key("rollout")["key"]
+    moves: list[tuple[str, list[str]]] = []
+    with Streams(the_lab.router_url + "/v1", key) as streams:
+        streams.wait_for(CLIENTS)
+        # First the router's own host if it runs a replica, then a host of the other one.
+        first = router_host if router_host in before else before[0]
+        for drained in (first, None):
+            if drained is None:
+                drained = next(n for n in hosts_of(the_lab) if n != first)
+            the_lab.ok("drain", drained)
+            the_lab.ok("apply", "--auto-approve")
+            after = hosts_of(the_lab)
+            moves.append((drained, after))
+            assert drained not in after and len(set(after)) == 2, moves
+            streams.wait_for(CLIENTS)
+            the_lab.ok("uncordon", drained)
+            the_lab.ok("apply", "--auto-approve")
+            streams.wait_for(CLIENTS)
+    assert streams.failures == [], (len(streams.failures), streams.failures[:5])
+    assert streams.ok >= 5 * CLIENTS
+    # The replicas were on the router's host before or after one of the moves.
+    assert any(router_host in hosts for hosts in [before, *(a for _d, a in moves)]), moves
+    print("rollout e2e:", {"streams": streams.ok, "moves": moves})
