@@ -305,7 +305,7 @@ def repo_total(repo, revision, include, exclude, hf_endpoint, token, timeout):
                 return None
             total += meta.size
         return total
-    except Exception:  # noqa: BLE001 - the total is for display only; the download reports its own errors
+    except Exception:  # the total is for display only; the download reports its own errors
         return None
 
 
