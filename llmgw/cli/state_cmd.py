@@ -58,7 +58,7 @@ def list_cmd(app: AppContext, as_json: bool) -> None:
 
 def _show_text(state: State, where: str) -> None:
     c = output.console
-    c.print(f"State serial {state.serial}, lineage {state.lineage or '(none yet)'}, at {where}")
+    click.echo(f"State serial {state.serial}, lineage {state.lineage or '(none yet)'}, at {where}")
     if state.models:
         c.print(output.table(["MODEL", "ALIASES", "MIN", "MAX"],
                              [[m.name, ", ".join(m.aliases) or "-", str(m.scaling.min), str(m.scaling.max)]
@@ -116,7 +116,11 @@ def push_cmd(app: AppContext, file: Path, force: bool) -> None:
     """Make FILE the newest state, written as the next serial, under the lock."""
     state = _read_file(file)
     with backend_for(app.site) as backend, backend.lock("push"):
+        before = backend.read()
         written = backend.push(state, force=force, meta=WriteMeta("push", git_commit=git_commit(app.site.root)))
+    if written.serial == before.serial:
+        click.echo(f"The state at {backend.where} already is {file} (serial {written.serial}); nothing pushed.")
+        return
     click.echo(f"Pushed {file} as serial {written.serial} (lineage {written.lineage}) to {backend.where}.")
 
 

@@ -177,4 +177,4 @@ class LocalBackend(StateBackend):
             written = None
         # A local file records no author, operation or older serials (PostgreSQL does).
         return [SerialRecord(serial=current.serial, lineage=current.lineage, author="",
-                             written_at=written, operation="?")]
+                             written_at=written, operation="-")]

@@ -20,7 +20,7 @@ def state_summary(backend: StateBackend) -> dict[str, Any]:
     return {"backend": backend.where, "serial": state.serial, "lineage": state.lineage or None,
             "written_by": (last.author or None) if last else None,
             "written_at": last.written_at.isoformat(timespec="seconds") if last and last.written_at else None,
-            "operation": (last.operation if last.operation != "?" else None) if last else None,
+            "operation": (last.operation if last.operation != "-" else None) if last else None,
             "lock": lock.as_json() if lock else None, "error": None}
 
 
