@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from llmgw.errors import InventoryError
+from llmgw.yamlio import FileError, check_yaml_file
 
 NodeState = Literal["ready", "cordoned", "draining"]
 NODE_STATES: tuple[NodeState, ...] = ("ready", "cordoned", "draining")
@@ -45,6 +46,7 @@ DEFAULT_CACHE_DIR = "/var/cache/llmgw"
 SAFE_INVENTORY_PLUGINS = "host_list,yaml,ini,toml"
 INVENTORY_TIMEOUT_S = 300
 INVENTORY_MEMORY_BYTES = 4 * 1024**3
+INVENTORY_FILE_BYTES = 64 * 1024 * 1024  # per file; a 4,096-host inventory is a few MB
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _DNS_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
@@ -180,6 +182,11 @@ def load_inventory(path: Path) -> Inventory:
     if not path.exists():
         raise InventoryError(f"inventory {path} does not exist",
                              hint="set `inventory:` in llmgw.yaml to your Ansible inventory file or folder")
+    for f in _yaml_files(path):  # before Ansible expands a YAML bomb in its --list output
+        try:
+            check_yaml_file(f, max_bytes=INVENTORY_FILE_BYTES)
+        except FileError as exc:
+            raise InventoryError(str(exc), hint="fix the inventory file at that line") from None
     env = dict(os.environ)
     env.setdefault("ANSIBLE_INVENTORY_ENABLED", SAFE_INVENTORY_PLUGINS)
     try:
@@ -207,6 +214,16 @@ def load_inventory(path: Path) -> Inventory:
     if not isinstance(data, dict):
         raise InventoryError(f"ansible-inventory printed no inventory for {path}")
     return parse_inventory_json(path, data)
+
+
+def _yaml_files(path: Path) -> list[Path]:
+    """The inventory's files that may be YAML (or JSON): what `check_yaml_file` looks at."""
+    if path.is_file():
+        return [path]
+    return sorted(f for f in path.rglob("*") if f.is_file()
+                  and not any(p.startswith(".") for p in f.relative_to(path).parts)
+                  and (f.suffix in (".yml", ".yaml", ".json", "")
+                       or {"group_vars", "host_vars"} & set(f.relative_to(path).parts)))
 
 
 def _limit_memory() -> None:  # in the ansible-inventory child, before it starts

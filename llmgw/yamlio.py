@@ -14,11 +14,12 @@ fsync, rename, so a crash leaves the old file or the new one, never half of eith
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,6 @@ from ruamel.yaml.comments import (
     TaggedScalar,
 )
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    CollectionStartEvent,
-    NodeEvent,
-    ScalarEvent,
-)
 
 from llmgw.errors import LlmgwError
 
@@ -204,17 +198,33 @@ def _check_brackets(text: str, path: Path) -> None:
             raise YamlSyntaxError(path, line, f"nests deeper than {MAX_DEPTH} levels; llmgw files are not that deep")
 
 
-def _check_events(text: str, path: Path, *, plain: bool) -> int:
+def check_yaml_file(path: Path, *, max_bytes: int = MAX_FILE_BYTES) -> None:
+    """Check a YAML file llmgw does not load itself (an inventory file Ansible will read) for
+    size, UTF-8, depth and alias expansion, quickly (libyaml's parser where PyYAML has it);
+    syntax is left to the reader. Raises FileError."""
+    text = read_text(path, max_bytes=max_bytes)
+    _check_brackets(text, path)
+    pyyaml: Any = importlib.import_module("yaml")
+    loader = getattr(pyyaml, "CSafeLoader", pyyaml.SafeLoader)
+    try:
+        _check_events(text, path, plain=False, events=pyyaml.parse(text, Loader=loader))
+    except pyyaml.YAMLError:
+        return  # not YAML (an INI file) or broken YAML: Ansible says which
+
+
+def _check_events(text: str, path: Path, *, plain: bool, events: Iterable[Any] | None = None) -> int:
     """Walk the parser's events (no recursion, nothing built): refuse what `loads_yaml` promises
-    to refuse. Returns the line of the first explicit tag (0 if none) for later errors."""
+    to refuse. Returns the line of the first explicit tag (0 if none) for later errors.
+    `events`: another parser's (PyYAML's); its event classes have the same names."""
     depth = 0
     expanded = 0
     open_sizes: list[tuple[int, str | None]] = []  # per open collection: nodes so far, its anchor
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for
     first_tag = 0
-    for event in _yaml().parse(text):
+    for event in _yaml().parse(text) if events is None else events:
+        kinds = {c.__name__ for c in type(event).__mro__}
         line = event.start_mark.line + 1 if event.start_mark is not None else 0
-        if isinstance(event, NodeEvent) and not isinstance(event, AliasEvent):
+        if "NodeEvent" in kinds and "AliasEvent" not in kinds:
             tag = getattr(event, "ctag", None) or getattr(event, "tag", None)
             if tag is not None and str(tag) != "!":
                 first_tag = first_tag or line
@@ -222,13 +232,13 @@ def _check_events(text: str, path: Path, *, plain: bool) -> int:
                     raise YamlSyntaxError(path, line, f"the tag {tag} is not allowed; llmgw reads plain data "
                                                       "(remove the tag)")
         size = 0
-        if isinstance(event, ScalarEvent):
+        if "ScalarEvent" in kinds:
             size = 1
             if event.anchor:
                 sizes[str(event.anchor)] = 1
-        elif isinstance(event, AliasEvent):
+        elif "AliasEvent" in kinds:
             size = sizes.get(str(event.anchor), 1)
-        elif isinstance(event, CollectionStartEvent):
+        elif "CollectionStartEvent" in kinds:
             depth += 1
             if depth > MAX_DEPTH:
                 raise YamlSyntaxError(path, line, f"nests deeper than {MAX_DEPTH} levels; llmgw files are "
@@ -236,7 +246,7 @@ def _check_events(text: str, path: Path, *, plain: bool) -> int:
             expanded += 1
             open_sizes.append((1, str(event.anchor) if event.anchor else None))
             continue
-        elif isinstance(event, CollectionEndEvent):
+        elif "CollectionEndEvent" in kinds:
             depth -= 1
             size, anchor = open_sizes.pop()
             if anchor is not None:

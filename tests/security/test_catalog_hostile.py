@@ -228,3 +228,11 @@ def test_a_catalog_link_out_of_the_catalog_is_not_read(tmp_path: Path) -> None:
     (root / "catalog" / "leak.yaml").symlink_to(secret)
     err = refused(llmgw(root, "catalog", "validate", "--offline"), r"catalog/leak\.yaml: is a link to a file outside")
     assert "SECRET-CONTENT" not in err
+
+
+def test_an_inventory_yaml_bomb_is_refused_before_ansible_expands_it(tmp_path: Path) -> None:
+    """ansible-inventory --list would write every alias out (gigabytes, minutes): refused first."""
+    bomb = "all:\n  vars:\n    a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"    {c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+    root = make_site(tmp_path, model(), inventory=bomb + "  hosts:\n    node-1: {}\n")
+    refused(llmgw(root, "plan"), r"hosts\.yml:\d+: expands to more than 1,000,000 values")
