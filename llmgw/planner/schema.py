@@ -172,7 +172,10 @@ def load_plan(text: str | bytes, where: str) -> Plan:
     except ValueError as exc:
         raise PlanError(f"{where} is not a llmgw plan: not JSON ({exc})",
                         hint="save a plan with `llmgw plan --out FILE`") from None
-    version = raw.get("version") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or "version" not in raw:
+        raise PlanError(f"{where} is not a llmgw plan: no `version`",
+                        hint="save a plan with `llmgw plan --out FILE`")
+    version = raw["version"]
     if version != PLAN_VERSION:
         raise PlanError(f"{where} is a plan of version {version!r}; this llmgw reads version {PLAN_VERSION}",
                         hint="make the plan again with this llmgw (`llmgw plan --out FILE`)")

@@ -22,7 +22,7 @@ def test_plan_round_trips_with_its_version() -> None:
     assert load_plan(plan.to_json(), "p.json") == plan
 
 
-@pytest.mark.parametrize("version", [2, 0, None, "1"])
+@pytest.mark.parametrize("version", [2, 0, None, "1"])  # None: written, but null
 def test_a_plan_of_another_version_is_refused_by_name(version: object) -> None:
     raw = json.loads(make_plan(inputs([M], HOSTS, FACTS)).to_json())
     raw["version"] = version
