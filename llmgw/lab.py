@@ -331,6 +331,9 @@ class Lab:
             "--label", f"{HOST_LABEL}={spec.host}", "--label", f"{LABELS_LABEL}={json.dumps(spec.labels)}",
             "--network", self.name, "--network-alias", spec.host,
             "--systemd", "always", "--memory", f"{spec.memory_mb}m", "--memory-swap", f"{spec.memory_mb}m",
+            # vLLM's processes share tensors through /dev/shm (160 MB for the tiny model); podman's
+            # default is 64 MB. A limit, counted in the memory above when used.
+            "--shm-size", "1g",
             # systemd's sandboxing (ProtectSystem, PrivateTmp) needs mount namespaces.
             "--cap-add", "SYS_ADMIN",
             "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
