@@ -36,11 +36,11 @@ class EngineKeys:
         self.error: str | None = None
         self._signature: tuple[int, int, int] | None = None
 
-    def authorize(self, replica_id: str, headers: dict[str, str]) -> None:
-        """Add the replica's key to `headers` for the request to it, if it has one."""
+    def authorize(self, replica_id: str, headers: dict[str, str]) -> dict[str, str]:
+        """`headers` with the replica's key, if it has one: a new dict (callers pass shared
+        constants, and one replica's key must never reach another)."""
         key = self.keys.get(replica_id)
-        if key is not None:
-            headers["Authorization"] = f"Bearer {key}"
+        return headers if key is None else {**headers, "Authorization": f"Bearer {key}"}
 
     def refresh(self) -> None:
         """Re-read the file if it changed (a stat when it did not)."""

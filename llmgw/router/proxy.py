@@ -343,7 +343,7 @@ class Proxy:
             flight.deadline = min(time.monotonic() + settings.first_byte_timeout, deadline)
             try:
                 method, url, data, headers = flight.call.upstream(replica, body)
-                self.engine_keys.authorize(replica.id, headers)  # engines answer only the router
+                headers = self.engine_keys.authorize(replica.id, headers)  # engines answer only the router
                 resp = await session.request(method, url, data=data, headers=headers)
                 if resp.status in _RETRYABLE_STATUS:
                     await resp.read()

@@ -95,6 +95,21 @@ def test_the_engine_refuses_anyone_but_the_router(keyed_engine: str, state: Stat
     assert r.json()["usage"]["completion_tokens"] == 2
 
 
+def test_one_replicas_key_never_reaches_another(keyed_engine: str, state: StateFile, sqlite_store: Store,
+                                                start_router: Callable[..., RunningRouter]) -> None:
+    # Two replicas on the same engine; the key file names only the first. Whatever the
+    # router sent the first must not travel with requests to the second.
+    state.write([model("tiny"), model("other")],
+                [replica("tiny-0", "tiny", keyed_engine), replica("other-0", "other", keyed_engine)])
+    write_keys(state, {"tiny-0": KEY})
+    router = start_router(state.path)
+    _, client_key = sqlite_store.create_key("client")
+    assert ask(router, client_key).status_code == 200
+    other = HTTP.post(router.base_url + "/v1/chat/completions", json={**BODY, "model": "other"},
+                      headers={"Authorization": f"Bearer {client_key}"}, timeout=60)
+    assert other.status_code == 401
+
+
 def test_a_key_file_others_can_read_is_refused(keyed_engine: str, state: StateFile, sqlite_store: Store,
                                                start_router: Callable[..., RunningRouter]) -> None:
     state.write([model("tiny")], [replica("tiny-0", "tiny", keyed_engine)])
