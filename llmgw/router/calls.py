@@ -313,10 +313,11 @@ class Call:
         endpoint = self.endpoint
         path = upstream_path(replica.record.engine, endpoint, self.response_id) or self.path
         url = replica.endpoint + path
+        # Fresh header dicts: the caller adds the replica's own engine key to them.
         if endpoint.body == "json":
-            return endpoint.method, url, body, _JSON_HEADERS
+            return endpoint.method, url, body, dict(_JSON_HEADERS)
         if endpoint.body == "none":
-            return endpoint.method, url, (self.raw or None) if endpoint.method == "POST" else None, _ACCEPT
+            return endpoint.method, url, (self.raw or None) if endpoint.method == "POST" else None, dict(_ACCEPT)
         if self._sent:
             raise RouterError(502, f"the engine serving {replica.model!r} failed while the upload was streaming "
                                    "to it; send the request again", code="upstream_failed")

@@ -336,3 +336,22 @@ def test_uploads_over_the_limit_and_a_client_that_leaves_mid_upload(
     ok = _post(router, api_key, "/v1/audio/transcriptions", files={"file": ("b.wav", b"abc", "audio/wav")},
                data={"model": "whisper"})
     assert ok.status_code == 200 and ok.json()["text"] == "w heard 3 bytes of b.wav for whisper"
+
+
+def test_each_attempt_gets_its_own_headers(pair: tuple[EngineDouble, EngineDouble, RunningRouter]) -> None:
+    """The proxy adds a replica's engine key to the headers: one request's must never be another's."""
+    from llmgw.router.calls import Call
+
+    _, _, router = pair
+    replicas = list(router.server.router.table.replicas.values())  # type: ignore[union-attr]
+    for key in ("POST /v1/rerank", "GET /v1/responses/{id}"):
+        found = match(*key.replace("{id}", "resp_1").split(" ", 1))
+        assert found is not None
+        call = Call({"path": "/", "headers": []}, _never, found, ResponseAffinity())
+        first = call.upstream(replicas[0], b"{}")[3]
+        first["Authorization"] = "Bearer engine-key-of-replica-0"
+        assert "Authorization" not in call.upstream(replicas[1], b"{}")[3]
+
+
+async def _never() -> dict[str, object]:  # pragma: no cover - never awaited
+    raise AssertionError("no client messages here")
