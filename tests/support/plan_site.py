@@ -13,12 +13,15 @@ from pathlib import Path
 
 from llmgw.facts.records import Filesystem, Gpu, HostFacts, Unit, Weights
 from llmgw.weights.names import cache_name
-from llmgw.weights.sources import SourceInfo, write_source
+from llmgw.weights.sources import SourceInfo, catalog_spec, write_source
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ibnetdiscover"
 GATHERED = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 GB = 1024**3
 LLAMA = "hf://meta-llama/Llama-3.1-70B-Instruct"
+GIANT = "hf://example/giant-405b"
+# Whole repositories as `catalog validate` pins them (the commit `main` named when it ran).
+PINNED = {LLAMA: f"{LLAMA}@{'1' * 40}", GIANT: f"{GIANT}@{'2' * 40}"}
 CODER = "hf://Qwen/Qwen2.5-Coder-14B-Instruct-GGUF/qwen2.5-coder-14b-instruct-q4_k_m.gguf"
 
 CATALOG = """\
@@ -137,8 +140,8 @@ def _h100(host: str, **kw: object) -> HostFacts:
 
 def facts() -> list[HostFacts]:
     fabric = (FIXTURES / "a_small_1switch.ibnetdiscover.txt").read_text()
-    llama_cache = Weights(path=f"/var/cache/llmgw/{cache_name(LLAMA)}", size_bytes=140 * GB, cache=True,
-                          cache_name=cache_name(LLAMA))
+    llama_cache = Weights(path=f"/var/cache/llmgw/{cache_name(PINNED[LLAMA])}", size_bytes=140 * GB, cache=True,
+                          cache_name=cache_name(PINNED[LLAMA]))
     return [
         _h100("gpu-node-01", weights=[llama_cache], ibnetdiscover=fabric),
         _h100("gpu-node-02", gpus=_gpus(8, "H100-80GB", "NVIDIA H100 80GB HBM3",
@@ -167,9 +170,11 @@ def write_site(root: Path, *, catalog: str = CATALOG, inventory: str = INVENTORY
     (root / "inventory" / "hosts.yml").write_text(inventory)
     for f in facts():
         (root / "facts" / f"{f.host}.json").write_text(f.model_dump_json(indent=2) + "\n")
-    for source, size in ((LLAMA, 140 * GB), (CODER, 9 * GB)):
-        write_source(root / "facts", SourceInfo(source=source, cache_name=cache_name(source), size_bytes=size,
-                                                format="other", inspected_at=GATHERED))
+    for source, size in ((LLAMA, 140 * GB), (CODER, 9 * GB), (GIANT, None)):
+        spec, pinned = catalog_spec(source), PINNED.get(source)
+        write_source(root / "facts", SourceInfo(source=spec, cache_name=cache_name(spec), size_bytes=size,
+                                                format="other", inspected_at=GATHERED, pinned=pinned,
+                                                commit=pinned.rsplit("@", 1)[1] if pinned else None))
     return root
 
 
