@@ -81,6 +81,8 @@ def test_a_token_quota_holds_across_three_routers(pg_stores: list[Store], engine
         assert used <= limit + biggest, f"wave {waves}: {used} tokens used against a limit of {limit}"
         if not served:
             break
+    print(f"token quota over 3 routers: {used} tokens used against {limit} in {waves} waves of 20, "
+          f"the largest request {biggest}")
     assert waves < 8, "the quota never refused a whole wave"
     assert used >= limit  # it was reached, not refused early for ever
     assert cli.reserved_tokens(time.time()) == 0  # every reservation settled
