@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: all venv setup test lint typecheck pytest demo clean
+.PHONY: all venv setup test unit lint typecheck pytest demo clean
 
 all: test
 
@@ -27,16 +27,29 @@ venv: $(VENV)/.installed
 setup: venv
 	bash scripts/setup-host
 
+# Everything that ships: Python (ours and what the hosts run), YAML, Ansible content, shell.
+SHELL_SCRIPTS = $(shell grep -lsE '^\#!.*\b(ba)?sh\b' scripts/* scripts/*/*.sh .ci/* examples/*/*.sh)
 lint: venv
 	$(BIN)/ruff check llmgw tests bench scripts collections roles molecule
+	$(BIN)/yamllint --strict roles playbooks molecule collections .yamllint .ansible-lint
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/collections ANSIBLE_ROLES_PATH=$(CURDIR)/roles \
+		$(BIN)/ansible-lint -q roles playbooks molecule
+	@command -v shellcheck >/dev/null || { echo "shellcheck is missing: make setup installs it"; exit 1; }
+	shellcheck $(SHELL_SCRIPTS)
 
 typecheck: venv
 	$(BIN)/mypy
 
+# The tests that need no host set-up (no lab, engine build, PostgreSQL or browser) and no root.
+UNIT := not lab and not engine and not postgres and not browser
+unit: venv
+	$(BIN)/pytest -q -m "$(UNIT)"
+
 pytest: setup
 	$(BIN)/pytest
 
-test: lint typecheck pytest
+# setup first: lint needs shellcheck, which setup installs.
+test: setup lint typecheck pytest
 
 demo: setup
 	bash scripts/demo

@@ -1,6 +1,6 @@
 """Apply a plan step by step, writing the state after every step.
 
-The order (DESIGN.md, "Apply: rolling and safe"):
+The order (docs/architecture.md, "Apply: rolling and safe"):
 
 1. new replicas: weights fetched on their hosts; the replica recorded `starting`
    (before any unit exists, so a kill leaves a record of every unit that may run);

@@ -1,4 +1,4 @@
-"""Every role documents every public variable it defaults in meta/argument_specs.yml (STYLE.md)."""
+"""Every role documents every public variable it defaults in meta/argument_specs.yml."""
 
 from __future__ import annotations
 
