@@ -140,6 +140,10 @@ def _serves(replica: ReplicaRuntime, endpoint: Endpoint) -> bool:
 class Call:
     """One client request on a forwarded endpoint, carried by the proxy through its attempts."""
 
+    __slots__ = ("_boundary", "_content_type", "_field", "_length", "_limit", "_more", "_read_all", "_seen",
+                 "_seen_size", "_sent", "_sse", "_status", "_upload_error", "_uploaded", "affinity", "endpoint",
+                 "model", "pin", "raw", "receive", "replica", "req", "response_id", "scope")
+
     def __init__(self, scope: Scope, receive: Receive, match: Match, affinity: ResponseAffinity) -> None:
         self.scope = scope
         self.receive = receive
@@ -151,7 +155,8 @@ class Call:
         self.model = ""
         self.pin: Produced | None = None
         self.replica: ReplicaRuntime | None = None  # the replica of the latest attempt
-        self._uploaded = asyncio.Event()  # the whole request body was read from the client
+        self._read_all = False  # the whole request body was read from the client
+        self._uploaded: asyncio.Event | None = None  # made only for a watcher that must wait for that
         self._content_type: str | None = None
         self._boundary = b""
         self._field: tuple[int, int] = (0, 0)
@@ -176,7 +181,7 @@ class Call:
             await self._read_form_front(limit)
             return
         self.raw = await read_body(self.scope, self.receive, limit)
-        self._uploaded.set()
+        self._read_all = True
         assert self.response_id is not None
         self.pin = self.affinity.get(self.response_id)
         if self.pin is None:
@@ -189,7 +194,7 @@ class Call:
     def parsed(self, req: dict[str, Any], raw: bytes, model: str) -> None:
         """The JSON request as the proxy parsed it; a `previous_response_id` pins its replica."""
         self.req, self.raw, self.model = req, raw, model
-        self._uploaded.set()
+        self._read_all = True
         previous = req.get("previous_response_id") if self.endpoint.usage == "responses" else None
         if previous is not None:
             if not isinstance(previous, str) or not previous:
@@ -236,12 +241,14 @@ class Call:
             raise RouterError(400, "you must provide a model parameter", param="model", code="missing_model")
         self.raw, self._field, self._more = bytes(buf), (start, end), more
         self.req = {"model": self.model}
-        if not more:
-            self._uploaded.set()
+        self._read_all = not more
 
     async def receive_after_upload(self) -> Message:
         """The client's next message once its body is read (the disconnect watcher's receive)."""
-        await self._uploaded.wait()
+        if not self._read_all:
+            if self._uploaded is None:
+                self._uploaded = asyncio.Event()
+            await self._uploaded.wait()
         return await self.receive()
 
     # -- routing ------------------------------------------------------------------------
@@ -349,7 +356,9 @@ class Call:
                 raise self._upload_error
             if chunk:
                 yield chunk
-        self._uploaded.set()
+        self._read_all = True
+        if self._uploaded is not None:
+            self._uploaded.set()
 
     def raise_upload_error(self) -> None:
         """Raise what broke the client's upload, if it did: the engine request failed

@@ -102,11 +102,14 @@ class Match:
     response_id: str | None = None
 
 
+_PLAIN = {key: Match(e) for key, e in ENDPOINTS.items() if not e.by_response_id}  # made once: the hot path
+
+
 def match(method: str, path: str) -> Match | None:
     """The endpoint a client request is for; None when the router forwards no such thing."""
-    found = ENDPOINTS.get(f"{method} {path}")
+    found = _PLAIN.get(f"{method} {path}")
     if found is not None:
-        return Match(found)
+        return found
     m = _BY_ID.match(path)
     if m is not None:
         endpoint = ENDPOINTS.get(f"{method} /v1/responses/{{id}}{m.group(2) or ''}")
