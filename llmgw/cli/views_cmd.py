@@ -296,13 +296,13 @@ def logs(app: AppContext, replica: str, lines: int, as_json: bool) -> None:
     from llmgw.state import read_state
     from llmgw.views.logs import fetch_logs
 
-    state = read_state(app.live_site("logs").state_file)
+    state = read_state(app.site.state_file)
     rec = state.replica(replica)
     if rec is None:
         known = ", ".join(r.id for r in state.replicas) or "none"
         raise StateError(f"no replica {replica!r} in the state (serial {state.serial})",
                          hint=f"replicas: {known}")
-    result = fetch_logs(app.site, rec, lines)
+    result = fetch_logs(app.live_site("logs"), rec, lines)
     if as_json:
         output.print_json(result)
         return

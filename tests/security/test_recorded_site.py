@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from llmgw.errors import RunnerError
 from llmgw.inventory import load_inventory
 from llmgw.runner import run_playbook
 from tests.security.test_catalog_hostile import llmgw
+from tests.support.example_site import example_site
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventories" / "example"
@@ -23,12 +23,10 @@ DOCUMENTATION = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("recorded") / "example"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("state.json*", "*.sqlite", ".llmgw"))
-    return root
+    return example_site(tmp_path_factory.mktemp("recorded"), state=True)  # a state, so `logs` has replicas
 
 
-@pytest.mark.parametrize("verb", [("apply", "--auto-approve"), ("facts",), ("logs", "some-replica-1"),
+@pytest.mark.parametrize("verb", [("apply", "--auto-approve"), ("facts",), ("logs", "llama-3.1-70b-1"),
                                   ("weights", "orphans", "--collect"), ("lab", "up", "--nodes", "1"),
                                   ("replicas", "--downloads", "--no-router")])
 def test_verbs_that_contact_hosts_refuse(example: Path, verb: tuple[str, ...]) -> None:
