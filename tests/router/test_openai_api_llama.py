@@ -118,6 +118,18 @@ def test_previous_response_id_reaches_the_replica_that_produced_it(
     now = served()
     assert now[owner] == 5 and sum(now.values()) == 5
 
+    # A streamed response's id (from its response.created event) pins the same way.
+    before = served()
+    streamed = list(client.responses.create(model="tiny", input=INPUT, max_output_tokens=2, stream=True))
+    sid = streamed[0].response.id
+    mid = served()
+    streamer = next(rid for rid in mid if mid[rid] == before[rid] + 1)
+    for _ in range(3):
+        with pytest.raises(openai.BadRequestError):
+            client.responses.create(model="tiny", input="And?", max_output_tokens=2, previous_response_id=sid)
+    after = served()
+    assert after[streamer] == mid[streamer] + 3 and sum(after.values()) == sum(mid.values()) + 3
+
     # GET of the id goes to the same replica, whose engine (llama.cpp) does not serve it.
     with pytest.raises(openai.NotFoundError) as not_served:
         client.responses.retrieve(first.id)
