@@ -9,6 +9,7 @@ otherwise (total None when not known).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ Progress = Callable[[str, str, int, "int | None"], None]
 FOLLOW_TASK = "Follow the downloads"
 WAIT_TASK = "Ask the router for its replicas"
 KEY_TASK = "Create the key"
+# A file apply appends `<step>\t<task>` to as each Ansible task starts, when this names one:
+# the hook tests use to act inside a step (kill apply mid-way) instead of guessing with sleeps.
+TRACE_ENV = "LLMGW_APPLY_TRACE"
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,12 @@ class Hosts:
     def _run(self, playbook: str, step: str, targets: Sequence[str] | None, extravars: dict[str, Any],
              progress: Progress | None, capture: Sequence[str] = ()) -> RunResult:
         done: dict[str, int] = {}
+        trace = os.environ.get(TRACE_ENV)
 
         def on_event(event: RunEvent) -> None:
+            if trace and event.kind == "task_start":
+                with open(trace, "a", encoding="utf-8") as fh:
+                    fh.write(f"{step}\t{event.task}\n")
             if progress is None or event.host is None:
                 return
             if event.task == FOLLOW_TASK and event.kind in ("other", "host_ok"):
