@@ -24,3 +24,10 @@ def test_models_show_the_endpoints_each_serves(page: Page, dashboard: Dashboard)
     expect(pills.first).to_have_text("chat/completions")  # the short form; the full key is the title
     models = httpx.get(dashboard.url + "/api/v1/models", timeout=10).json()["models"]
     assert next(m for m in models if m["name"] == "deepseek-v3")["endpoints"] == expected
+
+
+def test_models_without_a_router_say_so(page: Page, three_tier: str) -> None:
+    page.goto(f"{three_tier}/models")
+    cells = page.locator("td.endpoints")
+    expect(cells.first).to_have_text("no router")
+    assert cells.count() > 1 and all(t == "no router" for t in cells.all_inner_texts())
