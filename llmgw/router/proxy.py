@@ -3,7 +3,9 @@
 The path of a request:
 
 1. read the body (bounded), find `model` and `stream`; count the request against its
-   groups' quotas (429 when over);
+   groups' quotas (429 when over). What differs per endpoint is the request's `Call`
+   (calls.py): a multipart form read only up to its `model`, a response id that pins
+   the replica, the engine's own path for the endpoint;
 2. resolve the model (aliases), then walk the model and its fallbacks in order, each
    with its replicas least-loaded first; an on-demand model with nothing running is
    started and the request held until it can answer;
