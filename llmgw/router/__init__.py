@@ -4,6 +4,7 @@
     admin.py       the admin listener (JSON API, dashboard) and the metrics listener
     proxy.py       the hot path: forward, retry before the first byte, stream back
     calls.py       what differs per endpoint: body (JSON, multipart, none), engine path, pin
+    bodies.py      reading request bodies, bounded (JSON whole; a multipart form's front)
     endpoints.py   which endpoints the router forwards, and which engine serves which
     responses.py   which replica produced each Responses API id (bounded, in memory)
     streaming.py   usage out of SSE streams (and removing the usage event we asked for)

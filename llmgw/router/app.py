@@ -32,7 +32,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import AUTH_EXEMPT_PATHS, KeyCache
-from llmgw.router.calls import Call, read_body
+from llmgw.router.bodies import read_body
+from llmgw.router.calls import Call
 from llmgw.router.endpoints import match, methods_for, served
 from llmgw.router.engine_keys import ENGINE_KEYS_FILE, EngineKeys
 from llmgw.router.health import HealthChecker

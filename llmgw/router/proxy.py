@@ -41,7 +41,8 @@ import aiohttp
 
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import Principal
-from llmgw.router.calls import Call, read_body
+from llmgw.router.bodies import read_body
+from llmgw.router.calls import Call
 from llmgw.router.engine_keys import EngineKeys
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import OnDemand

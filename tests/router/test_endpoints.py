@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from llmgw.router.calls import find_field, multipart_boundary
+from llmgw.router.bodies import find_field, multipart_boundary
 from llmgw.router.endpoints import ENDPOINTS, ENGINES, match, served, upstream_path
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.responses import Produced, ResponseAffinity
