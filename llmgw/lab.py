@@ -45,6 +45,7 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from llmgw.errors import LabError
+from llmgw.inventory import DEFAULT_CACHE_DIR
 from llmgw.site import Site
 from llmgw.weights.servable import CAPS_FILE
 from llmgw.yamlio import atomic_write, dumps_yaml, load_yaml
@@ -56,7 +57,6 @@ SITE_LABEL = "llmgw.lab.site"
 HOST_LABEL = "llmgw.lab.host"
 LABELS_LABEL = "llmgw.lab.labels"
 MODELS_MOUNT = "/srv/models"
-CACHE_DIR = "/var/cache/llmgw"
 LAB_DIR = ".lab"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,39}$")
 MAX_NODES = 9
@@ -414,7 +414,7 @@ class Lab:
                 ("llmgw_node_state", "ready"),
                 ("llmgw_labels", _flow(CommentedMap(sorted(spec.labels.items())))),
                 ("llmgw_model_dirs", _flow(CommentedSeq([MODELS_MOUNT]))),
-                ("llmgw_cache_dir", CACHE_DIR),
+                ("llmgw_cache_dir", DEFAULT_CACHE_DIR),
                 ("llmgw_mgmt_address", n.address),
                 ("llmgw_lab_container", n.container),
                 ("llmgw_lab_memory_mb", spec.memory_mb),

@@ -27,7 +27,7 @@ from typing import Any
 
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
-from llmgw.inventory import Inventory
+from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
 from llmgw.planner import Action, Plan, PlannedReplica
 from llmgw.state import LocalBackend, ModelRecord, Replica, ReplicaState, Shard, State, StateBackend, WriteMeta
 
@@ -143,7 +143,7 @@ class Applier:
     def _shard_entry(self, r: PlannedReplica, rank: int) -> dict[str, Any]:
         s = next(x for x in r.shards if x.rank == rank)
         host = self.inventory.nodes.get(s.node)
-        cache_dir = host.cache_dir if host is not None else "/var/cache/llmgw"
+        cache_dir = host.cache_dir if host is not None else DEFAULT_CACHE_DIR
         leader = r.shards[0]
         # `lineage` marks the unit as this state's, so another state's plans leave it alone.
         return {"unit": unit_base(s.unit), "state": "present", "replica": r.id, "model": r.model,

@@ -37,9 +37,9 @@ options:
     elements: path
     default: []
   cache_dir:
-    description: llmgw's weights cache (host var C(llmgw_cache_dir)).
+    description: llmgw's weights cache (C(llmgw_cache_dir), whose default role C(llmgw_defaults) sets).
     type: path
-    default: /var/cache/llmgw
+    required: true
   engine_dir:
     description:
       - Where llmgw's engine role installs engines (role variable C(llmgw_engine_install_dir)) -
@@ -65,7 +65,7 @@ EXAMPLES = r"""
 - name: Gather node facts for llmgw
   llmgw.cluster.node_facts:
     model_dirs: "{{ llmgw_model_dirs | default([]) }}"
-    cache_dir: "{{ llmgw_cache_dir | default('/var/cache/llmgw') }}"
+    cache_dir: "{{ llmgw_cache_dir }}"
 
 - name: Free space on the filesystem of the cache
   ansible.builtin.debug:
@@ -140,7 +140,7 @@ from ansible_collections.llmgw.cluster.plugins.module_utils.weight_files import 
 
 ARGUMENT_SPEC = {
     "model_dirs": {"type": "list", "elements": "path", "default": []},
-    "cache_dir": {"type": "path", "default": "/var/cache/llmgw"},
+    "cache_dir": {"type": "path", "required": True},  # no default here: role llmgw_defaults has it
     "engine_dir": {"type": "path", "default": "/opt/llmgw/engines"},
     "engine_search_path": {"type": "list", "elements": "path", "default": ["/usr/local/bin"]},
     "root": {"type": "path", "default": "/"},
