@@ -66,7 +66,9 @@ _SAME = ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddin
 
 # engine -> endpoint key -> the path the engine serves it on. From each engine's own
 # routes: llama-server's server.cpp (the build in $LLMGW_CACHE), vLLM's and SGLang's
-# OpenAI servers. llama-server answers a `previous_response_id` with its own 400 (it
+# HTTP servers at the versions llmgw.engines.versions pins (tests/router/
+# test_engine_routes.py reads their route decorators). Neither keeps a DELETE of a
+# response at those versions. llama-server answers a `previous_response_id` with its own 400 (it
 # keeps no responses), and serves transcriptions only with an audio model loaded.
 ENGINES: dict[str, dict[str, str]] = {
     "llamacpp": {**{k: k.split(" ", 1)[1] for k in _SAME},
@@ -87,7 +89,10 @@ ENGINES: dict[str, dict[str, str]] = {
                "GET /v1/responses/{id}": "/v1/responses/{id}",
                "POST /v1/responses/{id}/cancel": "/v1/responses/{id}/cancel",
                "POST /v1/rerank": "/v1/rerank",
-               "POST /v1/score": "/v1/score"},
+               "POST /v1/score": "/v1/score",
+               "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
+               "POST /v1/tokenize": "/v1/tokenize",
+               "POST /v1/detokenize": "/v1/detokenize"},
 }
 
 # A response id as engines make them (resp_…, with vLLM's and SGLang's alphabets): no

@@ -177,3 +177,22 @@ def test_rerank_on_llama_server(engines: Callable[..., Engine], state: StateFile
     assert len(via.json()["results"]) == 3
     usage = router.admin("/api/v1/usage")["keys"][0]
     assert usage["requests"] == 1 and usage["prompt_tokens"] == direct.json()["usage"]["total_tokens"] > 0
+
+
+def test_transcription_reaches_llama_server(engines: Callable[..., Engine], state: StateFile,
+                                            start_router: Callable[..., RunningRouter], api_key: str) -> None:
+    """llama-server serves transcriptions only with an audio model; the tiny text model has
+    none, so the engine's own 501 comes back: the form reached it, routed by its `model`."""
+    e = engines("tiny")
+    state.write([model("tiny")], [replica("tiny-0", "tiny", e.endpoint)])
+    router = start_router(state.path)
+    files = {"file": ("a.wav", b"RIFF" + b"\0" * 4000, "audio/wav")}
+    direct = HTTP.post(e.endpoint + "/v1/audio/transcriptions", data={"model": "tiny"}, files=files)
+    via = HTTP.post(router.base_url + "/v1/audio/transcriptions", data={"model": "tiny"}, files=files,
+                    headers={"Authorization": f"Bearer {api_key}"})
+    assert direct.status_code == 501 and "audio" in direct.json()["error"]["message"]
+    assert (via.status_code, via.json()) == (direct.status_code, direct.json())
+    # Translations are not llama-server's: the router says so without asking it.
+    other = HTTP.post(router.base_url + "/v1/audio/translations", data={"model": "tiny"}, files=files,
+                      headers={"Authorization": f"Bearer {api_key}"})
+    assert other.status_code == 404 and other.json()["error"]["code"] == "endpoint_not_supported"
