@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# Apache License 2.0 (see LICENSE)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """The attributes every llmgw facts module shares: read-only, so check mode changes nothing."""
 
 

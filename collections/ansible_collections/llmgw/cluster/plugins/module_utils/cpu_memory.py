@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """A host's memory and CPUs as its processes see them: the smaller of the machine and its cgroup.
 
 Pure Python, no Ansible import (see host_io). Unknown is None, never 0.

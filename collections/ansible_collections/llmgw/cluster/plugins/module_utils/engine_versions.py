@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """The inference engines installed on a host (llama.cpp, vLLM, SGLang) and their versions.
 
 Pure Python, no Ansible import; the command runner is an argument (see host_io).

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """GPUs through NVML, as llmgw's placement needs them: pure Python, no Ansible import.
 
 Kept free of Ansible so three callers share it: the `gpu_facts` module, the unit tests

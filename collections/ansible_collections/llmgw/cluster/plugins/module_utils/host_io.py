@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """What every host reader shares: paths under a fake root, reading a file, running a command.
 
 Pure Python, no Ansible import. Every reader takes `root` (where /proc and /sys live,

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """InfiniBand adapters from sysfs, and raw `ibnetdiscover` text: pure Python, no Ansible.
 
 Parsing the fabric happens on the control side (llmgw.fabric); a host only reports

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """Weights present on a host: llmgw's cache entries and the model files an operator put there.
 
 Pure Python, no Ansible import.

@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: llmgw contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see LICENSE at the root of the llmgw repository)
 """Ansible module llmgw.cluster.ib_facts: InfiniBand adapters, and raw ibnetdiscover text."""
 
 from __future__ import annotations
