@@ -41,7 +41,7 @@ typecheck: venv
 	$(BIN)/mypy
 
 # The tests that need no host set-up (no lab, engine build, PostgreSQL or browser) and no root.
-UNIT := not lab and not engine and not postgres and not browser
+UNIT := not lab and not engine and not postgres and not browser and not root
 unit: venv
 	$(BIN)/pytest -q -m "$(UNIT)"
 

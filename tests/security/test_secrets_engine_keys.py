@@ -141,6 +141,7 @@ def test_engine_keys_are_derived_per_replica_from_a_0600_secret(tmp_path: Path,
     assert EngineKeyring.beside(tmp_path / "other.json").key("tiny-0") == EngineKeyring(tmp_path / "x").key("tiny-0")
 
 
+@pytest.mark.root
 def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Path) -> None:
     keys_dir = tmp_path / "engine-keys"
     shards = [{"unit": "llmgw-tiny-0-0", "replica": "tiny-0", "engine": "llamacpp", "port": 20000},

@@ -109,6 +109,7 @@ def fake_router_host() -> Iterator[Path]:
     shutil.rmtree(root)
 
 
+@pytest.mark.root
 def test_router_key_never_passes_the_store_url(fake_router_host: Path, tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"children": {"llmgw_routers": {"hosts": {"localhost": {
