@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ import click
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import StateError, UsageError
-from llmgw.state import State, WriteMeta, backend_for, git_commit, open_backend, parse_state
+from llmgw.state import State, WriteMeta, backend_for, git_commit, is_state_url, open_backend, parse_state
 from llmgw.yamlio import atomic_write
 
 
@@ -164,6 +165,23 @@ def unlock_cmd(app: AppContext, lock_id: str, yes: bool) -> None:
     click.echo(f"Broke the lock {broken.id} held by {broken.holder} ({broken.operation}).")
 
 
+def _carry_engine_secret(old_state: Path, target: str, root: Path) -> None:
+    """Engine keys derive from a secret kept beside the state file; a PostgreSQL state's copy
+    lives in `.llmgw/`, so the secret moves there too, or the next apply would re-key every engine."""
+    from llmgw.apply.engine_keys import SECRET_FILE
+
+    if not is_state_url(target):
+        return
+    old, new = old_state.with_name(SECRET_FILE), root / ".llmgw" / SECRET_FILE
+    if old.is_file() and not new.exists():
+        new.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(old.read_text(encoding="ascii"))
+        click.echo(f"Copied the engine key secret to {new}; other control hosts need it too "
+                   "($LLMGW_ENGINE_KEY_SECRET).")
+
+
 @state_group.command("migrate")
 @click.option("--to", "target", required=True, metavar="URL_OR_PATH",
               help="An empty backend: postgresql://user@host/db (password from $LLMGW_STATE_PASSWORD...) or a path.")
@@ -181,6 +199,7 @@ def migrate_cmd(app: AppContext, target: str) -> None:
         with open_backend(target, root=site.root, where="--to") as dest:
             written = dest.seed(state, WriteMeta("migrate", git_commit=git_commit(site.root)))
             where = dest.where
+    _carry_engine_secret(site.state_file, target, site.root)
     click.echo(f"Copied serial {written.serial} (lineage {written.lineage}) from {source.where} "
                          f"to {where}.")
     click.echo(f"Now set `state: {target}` in {site.root / 'llmgw.yaml'} and commit it, so every "

@@ -49,10 +49,12 @@ def point_at(site: Path, state: str) -> None:
     config.write_text(text.replace("state: state.json", f"state: {state}"))
 
 
-def test_a_second_checkout_refuses_foreign_units_then_shares_the_state(site_a: Lab, tmp_path: Path,
-                                                                      pg_state: str) -> None:
+def test_a_second_checkout_refuses_foreign_units_then_shares_the_state(site_a: Lab, tmp_path: Path, pg_state: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     a = site_a
     a.ok("apply", "--auto-approve")
+    # Several control hosts applying to one fleet share the engine key secret (the controller too).
+    monkeypatch.setenv("LLMGW_ENGINE_KEY_SECRET", (a.site / "llmgw-engine-keys.secret").read_text().strip())
     lineage = a.state.lineage
     running = {n: us for n, us in a.active_units().items() if us}
     assert running, "site A's apply started no shard"
@@ -62,7 +64,8 @@ def test_a_second_checkout_refuses_foreign_units_then_shares_the_state(site_a: L
     assert seen and set(seen.values()) == {lineage}, seen  # every unit says whose it is
 
     b = tmp_path / "site-b"
-    shutil.copytree(a.site, b, ignore=shutil.ignore_patterns("state.json*", ".llmgw", "*.sqlite"))
+    shutil.copytree(a.site, b, symlinks=True,
+                    ignore=shutil.ignore_patterns("state.json*", ".llmgw", "*.sqlite", "*.secret"))
     assert run_cli("-C", str(b), "facts").exit_code == 0
     refused = run_cli("-C", str(b), "plan")
     assert refused.exit_code == 1
@@ -112,7 +115,7 @@ class Hammer(threading.Thread):
 
 
 def controller_follows_the_repository(a: Lab, tmp_path: Path) -> None:
-    (a.site / ".gitignore").write_text(".lab/\n.llmgw/\nstate.json*\n*.sqlite\n")
+    (a.site / ".gitignore").write_text(".lab/\n.llmgw/\nstate.json*\n*.sqlite\n*.secret\n")
     git(a.site, "init", "-q", "-b", "main")
     git(a.site, "add", "-A")
     git(a.site, "commit", "-q", "-m", "the lab site")

@@ -137,8 +137,14 @@ def test_migrate_a_local_state_keeps_serial_and_lineage(tmp_path: Path, pg_state
     local = make_site(tmp_path / "local", "state.json")
     ok(local, "apply", "--auto-approve")
     before = json.loads(ok(local, "state", "show", "--json").stdout)
+    secret = local / "llmgw-engine-keys.secret"
+    if not secret.exists():
+        secret.write_text("ab" * 32 + "\n")
+        secret.chmod(0o600)
     moved = ok(local, "state", "migrate", "--to", pg_state)
     assert "state:" in moved.stdout
+    carried = local / ".llmgw" / "llmgw-engine-keys.secret"  # beside the PostgreSQL state's local copy
+    assert carried.read_text() == secret.read_text() and carried.stat().st_mode & 0o777 == 0o600
     shared = make_site(tmp_path / "shared", pg_state)
     after = json.loads(ok(shared, "state", "show", "--json").stdout)
     assert (after["serial"], after["lineage"]) == (before["serial"], before["lineage"])
