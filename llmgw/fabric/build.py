@@ -102,29 +102,32 @@ def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fa
     owners = {n.key: o for n in nodes if (o := host_and_device(n)) is not None}
     hops = _hops(nodes, cables, owners)
 
-    def end(node: RawNode, port: RawPort) -> End:
-        host, ca = owners.get(node.key, (None, None))
-        return End(kind=node.kind, name=node.description, port=port.port, guid=node.guid,
-                   port_guid=port.port_guid, host=host, ca=ca)
+    # Where a switch sorts as a cable's lower end: nearer to the adapters, then by name.
+    # Worked out once per switch, not once per cable.
+    order = {n.key: (hops.get(n.key, _FAR), natural_key(n.description))
+             for n in nodes if n.kind == "switch"}
+    no_owner = (None, None)
 
-    def switch_order(e: End, key: str) -> tuple[int, tuple[tuple[int, int | str], ...], int]:
-        return (hops.get(key, _FAR), natural_key(e.name), e.port)
+    def end(node: RawNode, port: RawPort) -> End:
+        host, ca = owners.get(node.key, no_owner)
+        return End(node.kind, node.description, port.port, node.guid, port.port_guid, host, ca)
 
     # Each cable with its ends in reading order, and the node keys behind those ends.
     oriented: list[tuple[RawCable, End, End, tuple[str, str], LinkKind]] = []
     for c in cables:
-        ea, eb = end(c.a, c.a_port), end(c.b, c.b_port)
-        swap = (c.a.kind == "switch" and c.b.kind == "switch"
-                and switch_order(eb, c.b.key) < switch_order(ea, c.a.key)) \
-            or (c.a.kind == "switch" and c.b.kind != "switch")
-        keys = (c.a.key, c.b.key)
-        if swap:
-            ea, eb, keys = eb, ea, (c.b.key, c.a.key)
+        a, b = c.a, c.b
+        a_switch, b_switch = a.kind == "switch", b.kind == "switch"
+        if a_switch and (not b_switch or (order[b.key], c.b_port.port)
+                         < (order[a.key], c.a_port.port)):
+            ea, eb = end(b, c.b_port), end(a, c.a_port)
+            a, b = b, a
+        else:
+            ea, eb = end(a, c.a_port), end(b, c.b_port)
         if ea.kind == "switch":
             kind: LinkKind = "switch"
         else:
             kind = "host" if ea.host is not None and eb.kind == "switch" else "other"
-        oriented.append((c, ea, eb, keys, kind))
+        oriented.append((c, ea, eb, (a.key, b.key), kind))
 
     expected: dict[LinkKind, Rate] = {}
     for kind in _KIND_ORDER:
@@ -133,19 +136,25 @@ def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fa
             expected[kind] = rate
 
     links: list[Link] = []
-    ends: dict[tuple[str, int], tuple[Link, End, End]] = {}  # (node, port) -> link, mine, far
-    below: dict[tuple[Rate, LinkKind], bool] = {}  # judged once per distinct rate and kind
+    # (node, port) -> link, mine, far; only adapters' and routers' ends are looked up.
+    ends: dict[tuple[str, int], tuple[Link, End, End]] = {}
+    # Judged once per distinct rate and kind; keyed by the Rate's id (every cable's rate
+    # stays alive in `cables`), which is cheaper to hash than its fields.
+    below: dict[tuple[int, LinkKind], bool] = {}
     for c, ea, eb, (ka, kb), kind in oriented:
+        rate = c.rate
         exp = expected.get(kind)
-        slow = below.get((c.rate, kind))
+        slow = below.get((id(rate), kind))
         if slow is None:
-            gbps = c.rate.gbps
-            slow = below[(c.rate, kind)] = (gbps is not None and exp is not None
-                                            and gbps < (exp.gbps or 0.0))
-        link = Link(a=ea, b=eb, rate=c.rate, kind=kind, expected=exp, degraded=slow)
+            gbps = rate.gbps
+            slow = below[(id(rate), kind)] = (gbps is not None and exp is not None
+                                              and gbps < (exp.gbps or 0.0))
+        link = Link(ea, eb, rate, kind, exp, slow)
         links.append(link)
-        ends[(ka, ea.port)] = (link, ea, eb)
-        ends[(kb, eb.port)] = (link, eb, ea)
+        if ea.kind != "switch":
+            ends[(ka, ea.port)] = (link, ea, eb)
+        if eb.kind != "switch":
+            ends[(kb, eb.port)] = (link, eb, ea)
     links.sort(key=lambda li: (_KIND_ORDER[li.kind], natural_key(li.a.name), li.a.port,
                                natural_key(li.b.name), li.b.port))
 

@@ -96,10 +96,17 @@ class Graph:
 
     def cables(self) -> Iterator[RawCable]:
         """Every cable once, in text order; call `validate()` first."""
-        for node in self.nodes.values():
+        nodes = self.nodes
+        for node in nodes.values():
+            key = node.key
             for p in node.ports.values():
-                peer = self.nodes[p.peer]
-                if (node.key, p.port) < (peer.key, p.peer_port):
+                peer = nodes[p.peer]
+                pkey = peer.key
+                if key < pkey or (key == pkey and p.port < p.peer_port):
                     back = peer.ports[p.peer_port]
-                    yield RawCable(node, p, peer, back, slower(p.rate, back.rate),
-                                   p.rate != back.rate)
+                    # The parsers share one Rate object per distinct rate: `is` settles
+                    # nearly every cable without comparing fields.
+                    if p.rate is back.rate or p.rate == back.rate:
+                        yield RawCable(node, p, peer, back, p.rate, False)
+                    else:
+                        yield RawCable(node, p, peer, back, slower(p.rate, back.rate), True)

@@ -48,6 +48,7 @@ def parse_ports(text: str, source: str) -> Graph:
     """The -p format into a Graph; every line is understood or the whole text fails."""
     g = Graph(source=source, format="ibnetdiscover -p")
     listed: dict[str, tuple[set[int], int]] = {}  # node -> every port it lists, last line
+    rates: dict[tuple[str, str], Rate] = {}  # one Rate per distinct rate: cheap compares
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
         if not line:
@@ -71,9 +72,12 @@ def parse_ports(text: str, source: str) -> Graph:
         listed[key] = (seen, n)
         if m.re is UNCONNECTED:
             continue
+        rate = rates.get((m["width"], m["speed"]))
+        if rate is None:
+            rate = rates[(m["width"], m["speed"])] = Rate(m["width"], m["speed"])
         node.ports[port] = RawPort(
             port=port, peer=_key(m["ptype"], int(m["pguid"], 16)), peer_port=int(m["pport"]),
-            rate=Rate(m["width"], m["speed"]), line=n,
+            rate=rate, line=n,
             port_guid=guid if kind != "switch" else None,
             lid=int(m["lid"]) if kind != "switch" else None)
     if not g.nodes:

@@ -24,6 +24,7 @@ in ways nobody notices.
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
 from llmgw.fabric.graph import Graph, NodeKind, RawNode, RawPort
 from llmgw.fabric.rates import SPEEDS, WIDTHS, Rate
@@ -70,21 +71,41 @@ def parse_topology(text: str, source: str) -> Graph:
     initiated: tuple[int, int] | None = None  # (line, node guid)
     pending: tuple[NodeKind, int, int] | None = None  # guid line seen: (kind, guid, line)
     node: RawNode | None = None
-
+    is_switch = True
+    rates: dict[tuple[str, str], Rate] = {}  # one Rate per distinct rate: cheap compares
+    port_re = SWITCH_PORT
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
         if not line:
             continue
-        if line.startswith("#"):
-            m = INITIATED.match(line)
-            if m:
-                initiated = (n, int(m["guid"], 16))
-            continue
-        if line.startswith("["):
+        first = line[0]
+        if first == "[":  # most lines: ports, read inline (a call per port costs a third)
             if node is None:
                 raise g.error(n, f"found a port line outside any node: {_show(line)} "
                               "(expected a `Switch` or `Ca` line before it)")
-            _add_port(g, node, n, line)
+            m = port_re.match(line)
+            if m is None:
+                _bad_port(g, node, n, line)
+            port_s, peer, pport, width, speed = m.group("port", "peer", "pport", "width",
+                                                        "speed")
+            port = int(port_s)
+            ports = node.ports
+            if not 1 <= port <= (node.nports or port) or port in ports:
+                _bad_port_number(g, node, n, port)
+            rate = rates.get((width, speed))
+            if rate is None:
+                rate = rates[(width, speed)] = Rate(width, speed)
+            if is_switch:
+                ports[port] = RawPort(port, peer, int(pport), rate, n)
+            else:
+                guid_s, lid_s = m.group("guid", "lid")
+                ports[port] = RawPort(port, peer, int(pport), rate, n, int(guid_s, 16),
+                                      int(lid_s))
+            continue
+        if first == "#":
+            m = INITIATED.match(line)
+            if m:
+                initiated = (n, int(m["guid"], 16))
             continue
         node = None  # a port line never follows anything but its node or its siblings
         if IDS.match(line):
@@ -98,6 +119,8 @@ def parse_topology(text: str, source: str) -> Graph:
         m = NODE.match(line)
         if m:
             node = _add_node(g, m, pending, n, line)
+            is_switch = node.kind == "switch"
+            port_re = SWITCH_PORT if is_switch else CA_PORT
             pending = None
             continue
         raise g.error(n, f"cannot read {_show(line)}: expected a node block (vendid=, devid=, "
@@ -151,28 +174,18 @@ def _add_node(g: Graph, m: re.Match[str], pending: tuple[NodeKind, int, int] | N
     return node
 
 
-def _add_port(g: Graph, node: RawNode, n: int, line: str) -> None:
-    if node.kind == "switch":
-        m = SWITCH_PORT.match(line)
-        example = SWITCH_PORT_EXAMPLE
-    else:
-        m = CA_PORT.match(line)
-        example = CA_PORT_EXAMPLE
-    if m is None:
-        raise g.error(n, f"cannot read port line {_show(line)}: expected a line like {example!r} "
-                      f"(port, peer node and port, peer description, lid, rate such as 4xHDR)")
-    port = int(m["port"])
+def _bad_port(g: Graph, node: RawNode, n: int, line: str) -> NoReturn:
+    example = SWITCH_PORT_EXAMPLE if node.kind == "switch" else CA_PORT_EXAMPLE
+    raise g.error(n, f"cannot read port line {_show(line)}: expected a line like {example!r} "
+                  f"(port, peer node and port, peer description, lid, rate such as 4xHDR)")
+
+
+def _bad_port_number(g: Graph, node: RawNode, n: int, port: int) -> NoReturn:
     if not 1 <= port <= (node.nports or port):
         raise g.error(n, f"port {port} of {node.description!r}: expected a port number from 1 "
                       f"to {node.nports}, the ports its node line declares")
-    if port in node.ports:
-        raise g.error(n, f"port {port} of {node.description!r} is listed twice (first on "
-                      f"line {node.ports[port].line})")
-    port_guid = int(m["guid"], 16) if node.kind != "switch" else None
-    lid = int(m["lid"]) if node.kind != "switch" else None
-    node.ports[port] = RawPort(port=port, peer=m["peer"], peer_port=int(m["pport"]),
-                               rate=Rate(m["width"], m["speed"]), line=n,
-                               port_guid=port_guid, lid=lid)
+    raise g.error(n, f"port {port} of {node.description!r} is listed twice (first on "
+                  f"line {node.ports[port].line})")
 
 
 def _show(line: str) -> str:
