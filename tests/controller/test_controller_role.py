@@ -41,11 +41,13 @@ def render(tmp_path: Path, extra: dict[str, object]) -> tuple[str, str]:
 def test_the_password_stays_out_of_the_unit_and_every_word_is_quoted(tmp_path: Path) -> None:
     secret = 'pa"ss$wo`rd\\x'
     unit, env = render(tmp_path, {"llmgw_controller_state_password": secret,
+                                  "llmgw_controller_engine_key_secret": "ab" * 32,
                                   "llmgw_controller_branch": "release 1; rm -rf /",
                                   "llmgw_controller_llmgw": "/bin/true"})
     assert secret not in unit
     assert "LLMGW_STATE_PASSWORD" not in unit and "EnvironmentFile=/etc/llmgw/controller.env" in unit
     assert 'LLMGW_STATE_PASSWORD="pa\\"ss\\$wo\\`rd\\\\x"' in env
+    assert f'LLMGW_ENGINE_KEY_SECRET="{"ab" * 32}"' in env and "ab" * 32 not in unit
     assert '"--branch" "release 1; rm -rf /"' in unit  # one word, never split or run
     assert '"--listen" "127.0.0.1:8095"' in unit and "NoNewPrivileges=yes" in unit
     # systemd-analyze checks the unit as systemd would load it (its binary must exist: /bin/true).
