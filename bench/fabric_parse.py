@@ -26,28 +26,30 @@ LEAVES_PER_POD = 20  # = uplinks per leaf = spines per pod
 CORES = 400  # spine uplinks 20 per spine, one per core in its group of 20
 
 
-def generate(hosts: int) -> str:
+def generate(hosts: int, *, rails: tuple[str, ...] = RAILS, guids: int = 0, prefix: str = "MF0") -> str:
+    """The fabric's ibnetdiscover text; `guids` shifts every GUID and `prefix` names the
+    switches, so a second fabric (bench/plan.py) is a separate subnet with its own id."""
     fab = SynthFabric()
-    guid = iter(range(0x0C42_A103_0070_0000, 0x0C42_A103_0080_0000))
-    cores = [fab.switch(f"MF0;core-{c + 1:03d}:MQM8790/U1", next(guid)) for c in range(CORES)]
+    guid = iter(range(0x0C42_A103_0070_0000 + guids, 0x0C42_A103_0080_0000 + guids))
+    cores = [fab.switch(f"{prefix};core-{c + 1:03d}:MQM8790/U1", next(guid)) for c in range(CORES)]
     sus = -(-hosts // HOSTS_PER_SU)
     leaves: dict[tuple[int, int], SynthNode] = {}
     for su in range(sus):
-        for r in range(len(RAILS)):
-            leaves[(su, r)] = fab.switch(f"MF0;su{su + 1:03d}-rail{r}:MQM8790/U1", next(guid))
+        for r in range(len(rails)):
+            leaves[(su, r)] = fab.switch(f"{prefix};su{su + 1:03d}-rail{r}:MQM8790/U1", next(guid))
     ordered = list(leaves.values())
     for p in range(-(-len(ordered) // LEAVES_PER_POD)):
         pod = ordered[p * LEAVES_PER_POD:(p + 1) * LEAVES_PER_POD]
         for j in range(LEAVES_PER_POD):
-            spine = fab.switch(f"MF0;pod{p + 1:02d}-spine-{j + 1:02d}:MQM8790/U1", next(guid))
+            spine = fab.switch(f"{prefix};pod{p + 1:02d}-spine-{j + 1:02d}:MQM8790/U1", next(guid))
             for i, leaf in enumerate(pod):
                 fab.connect(leaf, HOSTS_PER_SU + 1 + j, spine, i + 1)
             for u in range(20):
                 fab.connect(spine, 21 + u, cores[j * 20 + u], p + 1)
-    ca_guid = iter(range(0xB83F_D203_0070_0000, 0xB83F_D203_0080_0000, 2))
+    ca_guid = iter(range(0xB83F_D203_0070_0000 + guids, 0xB83F_D203_0080_0000 + guids, 2))
     for h in range(hosts):
         su, port = divmod(h, HOSTS_PER_SU)
-        for r, rail in enumerate(RAILS):
+        for r, rail in enumerate(rails):
             hca = fab.ca(f"gpu-{h + 1:05d} {rail}", next(ca_guid))
             fab.connect(leaves[(su, r)], port + 1, hca, 1)
     return fab.topology()

@@ -13,12 +13,31 @@ leaves (nothing to change, the everyday case), the best of --repeat runs, and pr
 table so the growth is visible: time per 1,000 hosts stays flat when planning is linear.
 `--fabric real` builds the fabric index by parsing generated ibnetdiscover text with
 llmgw.fabric (slower to set up; the plan itself is what is timed).
+
+`--end-to-end` times the whole `llmgw plan --out plan.json` command instead, as a user
+runs it, on a site written to a temporary folder: a YAML inventory, one facts file per
+host (8 rail adapters), two fabrics (an 8-rail compute fabric and a 2-rail second one,
+their ibnetdiscover text in two hosts' facts), the catalog as YAML, an empty state.
+It runs the command in a fresh process (imports, inventory, facts, fabrics, state,
+catalog, placement, rendering, writing the JSON) and reports wall and CPU time (the
+command's and its children's), the best of --repeat, and the growth factor from the
+smallest to the largest size (8x the hosts; 8.0 is linear). `--profile` prints where
+the largest size's time goes (cProfile, in-process).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import io
+import json
+import pstats
 import random
+import resource
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -110,12 +129,97 @@ def best(runs: int, fn: Callable[[], Plan]) -> tuple[float, float, Plan]:
     return wall, cpu, out
 
 
+COMPUTE_RAILS = tuple(f"mlx5_{r}" for r in range(8))
+SECOND_RAILS = ("mlx5_8", "mlx5_9")
+
+
+def write_site(root: Path, hosts: int) -> None:
+    """A site as `llmgw plan` reads it from disk (see --end-to-end)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fabric_parse import generate
+
+    from llmgw.facts.records import IbAdapter
+    from llmgw.weights.sources import SourceInfo, write_source
+
+    rnd = random.Random(hosts)
+    cat = catalog(hosts)
+    _, facts = fleet(hosts, cat, rnd)
+    for d in ("catalog", "inventory", "facts"):
+        (root / d).mkdir(parents=True)
+    (root / "llmgw.yaml").write_text("ports: {start: 20000, end: 29999}\n")
+    (root / "catalog" / "models.yaml").write_text(json.dumps(
+        {"models": [m.model_dump(mode="json", exclude_defaults=True) for m in cat]}, indent=1))
+    lines = ["all:", "  children:", "    llmgw_nodes:", "      hosts:"]
+    for i in range(hosts):
+        lines += [f"        {host_name(i)}:", f"          ansible_host: 10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"]
+    lines += ["    llmgw_routers:", "      hosts:", "        router-01:", "          ansible_host: 10.255.0.1"]
+    (root / "inventory" / "hosts.yml").write_text("\n".join(lines) + "\n")
+    fabrics = {0: generate(hosts, rails=COMPUTE_RAILS),
+               1: generate(hosts, rails=SECOND_RAILS, guids=0x10_0000_0000, prefix="MF1")}
+    for i, (name, f) in enumerate(sorted(facts.items())):
+        f = f.model_copy(update={
+            "ib_adapters": [IbAdapter(name=r, node_desc=f"{name} {r}") for r in COMPUTE_RAILS + SECOND_RAILS],
+            "ibnetdiscover": fabrics.get(i)})
+        (root / "facts" / f"{name}.json").write_text(f.model_dump_json())
+    for m in cat:
+        write_source(root / "facts", SourceInfo(source=m.source, cache_name=cache_name(m.source),
+                                                size_bytes=10**11, format="gguf", inspected_at=T0))
+
+
+def llmgw_plan(root: Path) -> tuple[float, float]:
+    """Wall and CPU seconds (the process and its children) of one `llmgw plan --out`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    llmgw = str(Path(sys.executable).parent / "llmgw")
+    subprocess.run([llmgw, "-C", str(root), "plan", "--out", str(root / "plan.json")],
+                   check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def end_to_end(sizes: list[int], repeat: int, profile: bool) -> None:
+    print(f"{'hosts':>6} {'GPUs':>6} {'replicas':>8} {'plan MB':>7} {'wall s':>7} {'cpu s':>6} "
+          f"{'cpu s/1k hosts':>14}")
+    cpus: dict[int, float] = {}
+    for hosts in sizes:
+        with tempfile.TemporaryDirectory(prefix="llmgw-bench-plan-") as tmp:
+            root = Path(tmp) / "site"
+            write_site(root, hosts)
+            runs = [llmgw_plan(root) for _ in range(repeat)]
+            wall, cpu = min(w for w, _ in runs), min(c for _, c in runs)
+            cpus[hosts] = cpu
+            out = json.loads((root / "plan.json").read_text())
+            replicas = len(out["desired"]["replicas"])
+            print(f"{hosts:6d} {hosts * GPUS:6d} {replicas:8d} {(root / 'plan.json').stat().st_size / 1e6:7.1f} "
+                  f"{wall:7.2f} {cpu:6.2f} {cpu / hosts * 1000:14.3f}", flush=True)
+            if profile and hosts == sizes[-1]:
+                from llmgw.cli import main as cli_main
+
+                prof = cProfile.Profile()
+                prof.enable()
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                    cli_main(["-C", str(root), "plan", "--out", str(root / "plan.json")])
+                prof.disable()
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(30)
+                print(buf.getvalue(), file=sys.stderr)
+    lo, hi = sizes[0], sizes[-1]
+    if hi > lo:
+        print(f"growth {lo} -> {hi} hosts ({hi / lo:.0f}x): CPU {cpus[hi] / cpus[lo]:.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sizes", default="512,1024,2048,4096")
     ap.add_argument("--repeat", type=int, default=3, help="runs per size; the best counts")
     ap.add_argument("--fabric", choices=["map", "real"], default="map")
+    ap.add_argument("--end-to-end", action="store_true", help="time the whole `llmgw plan` command")
+    ap.add_argument("--profile", action="store_true", help="with --end-to-end: where the time goes")
     args = ap.parse_args()
+    if args.end_to_end:
+        end_to_end([int(s) for s in args.sizes.split(",")], args.repeat, args.profile)
+        return
     print(f"{'hosts':>6} {'GPUs':>6} {'replicas':>8} {'GPUs used':>9} {'unplaced':>8} "
           f"{'plan s':>7} {'cpu s':>6} {'replan s':>8} {'cpu s':>6} {'cpu s/1k hosts':>14}")
     for hosts in (int(s) for s in args.sizes.split(",")):
