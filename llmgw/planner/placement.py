@@ -225,15 +225,25 @@ class Spread:
     hosts: dict[int, int]  # node ordinal -> replicas (shards) there
     domains: tuple[dict[str, int], ...]  # per level of domain_values: value -> replicas there
     leaves: tuple[frozenset[str], ...]  # the leaf sets of the nodes replicas are on
+    # leaf -> which entries of `leaves` hold it, so a node's leaf count looks only at the
+    # replicas on its own leaves (not every replica of the model: that was quadratic).
+    by_leaf: dict[str, list[int]] = field(default_factory=dict)
+    # node ordinal -> its penalty: one placement weighs a node more than once.
+    _seen: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def penalty(self, node: NodeView) -> tuple[int, ...]:
         """How crowded `node` is for this model, most important level first; all zero: apart."""
+        seen = self._seen.get(node.ordinal)
+        if seen is not None:
+            return seen
         out = [self.hosts.get(node.ordinal, 0)]
         for value, counts in zip(domain_values(node, self.labels), self.domains, strict=True):
             out.append(0 if value is None else counts.get(value, 0))
         mine = leaf_set(node)
-        out.append(sum(1 for ls in self.leaves if ls & mine) if mine else 0)
-        return tuple(out)
+        # The replicas sharing at least one leaf with the node, each counted once.
+        out.append(len({i for leaf in mine for i in self.by_leaf.get(leaf, ())}) if mine else 0)
+        self._seen[node.ordinal] = result = tuple(out)
+        return result
 
     @property
     def zero(self) -> tuple[int, ...]:
@@ -258,7 +268,11 @@ def spread_of(fleet: Fleet, need: Need) -> Spread | None:
         ls = leaf_set(node)
         if ls:
             leaves.append(ls)
-    return Spread(labels, hosts, domains, tuple(leaves))
+    by_leaf: dict[str, list[int]] = {}
+    for i, ls in enumerate(leaves):
+        for leaf in ls:
+            by_leaf.setdefault(leaf, []).append(i)
+    return Spread(labels, hosts, domains, tuple(leaves), by_leaf)
 
 
 def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need,
