@@ -40,8 +40,9 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-# The tests that need no host set-up (no lab, engine build, PostgreSQL or browser) and no root.
-UNIT := not lab and not engine and not postgres and not browser and not root
+# The tests that need no host set-up (no lab, engine build, PostgreSQL or browser), no root, and
+# none of the slow ones (they run Ansible or build packages; see tests/conftest.py): under a minute.
+UNIT := not lab and not engine and not postgres and not browser and not root and not slow
 unit: venv
 	$(BIN)/pytest -q -m "$(UNIT)"
 

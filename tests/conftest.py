@@ -10,6 +10,34 @@ import pytest
 
 from tests.support.hf_mirror import HfMirror, running_mirror
 
+# Tests that need no host set-up but take seconds each: they run Ansible against this
+# machine, build a wheel or a virtualenv, or start several servers. `make unit` leaves them
+# out (marker `slow`) so it stays under a minute; `make test` runs them. New slow tests
+# carry `@pytest.mark.slow` themselves; this list holds the ones measured when the marker came.
+SLOW = (
+    "tests/apply/test_shard_units.py",
+    "tests/controller/test_controller_role.py",
+    "tests/engines/test_parsers.py",
+    "tests/facts/test_facts_gather.py",
+    "tests/packaging/",
+    "tests/security/test_ansible_unsafe.py",
+    "tests/security/test_secrets_router.py",
+    "tests/security/test_store_quotas.py",
+    "tests/state/test_gitops.py",
+    "tests/views/test_downloads.py",
+    "tests/views/test_logs.py",
+    "tests/views/test_router_dashboard.py",
+    "tests/weights/test_browse.py",
+    "tests/weights/test_weights_module.py::test_module_through_ansible",
+    "tests/weights/test_weights_role.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def site(tmp_path: Path) -> Callable[..., Path]:

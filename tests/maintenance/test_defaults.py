@@ -8,17 +8,24 @@ from pathlib import Path
 from ruamel.yaml import YAML
 
 from llmgw.inventory import DEFAULT_CACHE_DIR
+from tests.support.facts import module
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_DEFAULTS = ROOT / "roles" / "llmgw_defaults" / "defaults" / "main.yml"
 # Where the value may be written: its two sources, and text that only shows it (samples in
 # module documentation, comments, Molecule scenarios that set it on purpose).
-SOURCES = {"llmgw/inventory.py", "roles/llmgw_defaults/defaults/main.yml"}
+SOURCES = {"llmgw/inventory.py", "roles/llmgw_defaults/defaults/main.yml",
+           "collections/ansible_collections/llmgw/cluster/plugins/modules/node_facts.py"}  # checked copy
 
 
 def test_python_and_ansible_defaults_agree() -> None:
     defaults = YAML(typ="safe").load(ANSIBLE_DEFAULTS.read_text())
     assert defaults["llmgw_cache_dir"] == DEFAULT_CACHE_DIR
+
+
+def test_node_facts_ad_hoc_default_is_a_checked_copy() -> None:
+    """A module's argument default must be a literal; node_facts keeps one for ad-hoc runs."""
+    assert module("node_facts").ARGUMENT_SPEC["cache_dir"]["default"] == DEFAULT_CACHE_DIR
 
 
 def _code_lines(path: Path) -> list[tuple[int, str]]:

@@ -37,9 +37,11 @@ options:
     elements: path
     default: []
   cache_dir:
-    description: llmgw's weights cache (C(llmgw_cache_dir), whose default role C(llmgw_defaults) sets).
+    description:
+      - llmgw's weights cache (C(llmgw_cache_dir), whose default role C(llmgw_defaults) sets).
+      - The default is for ad-hoc runs (C(ansible HOST -m llmgw.cluster.node_facts)); playbooks pass it.
     type: path
-    required: true
+    default: /var/cache/llmgw
   engine_dir:
     description:
       - Where llmgw's engine role installs engines (role variable C(llmgw_engine_install_dir)) -
@@ -140,7 +142,8 @@ from ansible_collections.llmgw.cluster.plugins.module_utils.weight_files import 
 
 ARGUMENT_SPEC = {
     "model_dirs": {"type": "list", "elements": "path", "default": []},
-    "cache_dir": {"type": "path", "required": True},  # no default here: role llmgw_defaults has it
+    # A checked copy of role llmgw_defaults' value (tests/maintenance/test_defaults.py), for ad-hoc runs.
+    "cache_dir": {"type": "path", "default": "/var/cache/llmgw"},
     "engine_dir": {"type": "path", "default": "/opt/llmgw/engines"},
     "engine_search_path": {"type": "list", "elements": "path", "default": ["/usr/local/bin"]},
     "root": {"type": "path", "default": "/"},
