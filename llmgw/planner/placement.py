@@ -15,6 +15,9 @@ Among equally spread nodes: the ones holding the weights (so weights break ties,
 the other way round); for multi-node replicas one leaf, aligned rails and full-rate
 cables; then packing onto partly used nodes (fewest GPUs left over) so whole nodes stay
 free for multi-node replicas; then name order.
+
+Why long: every filter and preference judges the same `Need` against the same node
+views, each a few lines with its own sentence; apart, each would rebuild that context.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ usage, metrics, drains. What differs per endpoint lives here, in `Call`:
   produced it (responses.py), with a clear error when it is gone;
 - the upstream request for one replica: method, the engine's path, body, headers;
 - noticing the response id of a Responses API answer as it goes out to the client.
+
+Why long: one `Call` per way a request arrives (JSON, multipart form, response id),
+side by side so the proxy treats every endpoint alike.
 """
 
 from __future__ import annotations

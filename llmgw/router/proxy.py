@@ -26,6 +26,9 @@ The path of a request:
 
 Raw ASGI rather than a framework route: this is the hot path, and the benchmark in
 bench/router decides what it may cost.
+
+Why long: the path above is one sequence of awaits over one request's state (attempts,
+relay, usage, drains); split, each step would pass that state around.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ Quotas are admitted in the store (`admit`), one transaction per request of a key
 a limit, serialised per group (PostgreSQL: an advisory lock per limited group, taken in
 name order; SQLite: the write lock), so several routers on one store cannot together
 admit more than a limit: each sees what the others admitted and reserved.
+
+Why long: the schema and every query for both dialects in one place, so SQLite and
+PostgreSQL cannot drift apart.
 """
 
 from __future__ import annotations
