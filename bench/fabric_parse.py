@@ -73,6 +73,7 @@ def main() -> None:
                     args.hosts})
     print(f"{'hosts':>6} {'adapters':>8} {'switches':>8} {'cables':>7} {'lines':>8} {'MB':>5} "
           f"{'wall s':>7} {'cpu s':>6} {'cpu s/1k hosts':>14}")
+    cpus: dict[int, float] = {}
     for hosts in sizes:
         text = generate(hosts)
         wall = cpu = float("inf")
@@ -88,6 +89,11 @@ def main() -> None:
         print(f"{hosts:6d} {adapters:8d} {len(fabric.switches):8d} {len(fabric.links):7d} "
               f"{text.count(chr(10)):8d} {len(text) / 1e6:5.1f} {wall:7.2f} {cpu:6.2f} "
               f"{cpu / hosts * 1000:14.3f}", flush=True)
+        cpus[hosts] = cpu
+    lo, hi = sizes[0], sizes[-1]
+    if hi > lo:  # linear: the CPU ratio equals the size ratio
+        print(f"growth {lo} -> {hi} hosts ({hi / lo:.0f}x): CPU {cpus[hi] / cpus[lo]:.1f}x; "
+              f"{hi * len(RAILS)} adapters in {cpus[hi]:.2f} s CPU (goal: 1 s)")
 
 
 if __name__ == "__main__":
