@@ -31,8 +31,11 @@ def generate(hosts: int, *, rails: tuple[str, ...] = RAILS, guids: int = 0, pref
     switches, so a second fabric (bench/plan.py) is a separate subnet with its own id."""
     fab = SynthFabric()
     guid = iter(range(0x0C42_A103_0070_0000 + guids, 0x0C42_A103_0080_0000 + guids))
-    cores = [fab.switch(f"{prefix};core-{c + 1:03d}:MQM8790/U1", next(guid)) for c in range(CORES)]
     sus = -(-hosts // HOSTS_PER_SU)
+    # A core has a port per pod: 40 (QM8790) up to 2,000 hosts x 8 rails, more beyond.
+    pods = -(-sus * len(rails) // LEAVES_PER_POD)
+    cores = [fab.switch(f"{prefix};core-{c + 1:03d}:MQM8790/U1", next(guid), ports=max(40, pods))
+             for c in range(CORES)]
     leaves: dict[tuple[int, int], SynthNode] = {}
     for su in range(sus):
         for r in range(len(rails)):
