@@ -40,7 +40,8 @@ models:
         engine: vllm
         gpus: 0
         min_memory_gb: 3
-        args: ["--max-model-len", "512", "--dtype", "float32"]
+        # --enforce-eager: no torch.compile, which needs a C++ compiler on the host.
+        args: ["--max-model-len", "512", "--dtype", "float32", "--enforce-eager"]
         env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
 """
 
