@@ -100,7 +100,7 @@ def test_store_defaults_site_then_embedded(tmp_path: Path, monkeypatch: pytest.M
 def test_broken_site_is_an_error_not_another_store(tmp_path: Path) -> None:
     (tmp_path / "llmgw.yaml").write_text("stor: typo\n")
     r = run_cli("-C", str(tmp_path), "keys", "list")
-    assert r.exit_code == 1 and "llmgw.yaml is invalid" in r.stderr
+    assert r.exit_code == 1 and "llmgw.yaml:1: stor: Extra inputs are not permitted" in r.stderr
 
 
 def test_bad_store_url_is_an_error(tmp_path: Path) -> None:
