@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: all venv setup test unit lint typecheck pytest demo clean
+.PHONY: all venv setup test test-vllm unit lint typecheck pytest demo clean
 
 all: test
 
@@ -46,8 +46,13 @@ UNIT := not lab and not engine and not postgres and not browser and not root and
 unit: venv
 	$(BIN)/pytest -q -m "$(UNIT)"
 
+# The vLLM lab test (installs vLLM's CPU build on lab hosts: tens of minutes) has not yet
+# been seen passing here, so it runs on its own until it has: `make test-vllm`.
 pytest: setup
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not vllm"
+
+test-vllm: setup
+	$(BIN)/pytest -m vllm
 
 # setup first: lint needs shellcheck, which setup installs.
 test: setup lint typecheck pytest
