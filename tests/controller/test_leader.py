@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +18,12 @@ import pytest
 
 from tests.controller.support import NEW, clone, commit, seed_applied, site_repo
 from tests.support.net import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 
 LEASE = 2.0
 INTERVAL = 0.3
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class Running:
@@ -91,12 +81,12 @@ def test_one_leader_applies_and_a_survivor_takes_over_after_kill_9(controllers: 
         return got if got and sum(s["leader"] for s in got) == 1 and all(s["last_commit"] or not s["leader"]
                                                                           for s in got) else None
 
-    views = wait_for(one_leader, 30, "one controller to lead")
+    views = wait_until(one_leader, 30, "one controller to lead")
     leader, standby = (c1, c2) if views[0]["leader"] else (c2, c1)
     assert views[0 if standby is c1 else 1]["holder"] == views[0 if leader is c1 else 1]["name"]
 
     added = commit(repo, {"catalog/new.yaml": NEW}, "add on-demand model new")
-    wait_for(lambda: any(r["commit"] == added and r["status"] == "applied" for r in leader.runs()), 30,
+    wait_until(lambda: any(r["commit"] == added and r["status"] == "applied" for r in leader.runs()), 30,
              "the leader to apply the commit")
     runs = leader.runs()
     assert [r["commit"] for r in runs].count(added) == 1  # planned and applied once, by one controller
@@ -105,12 +95,12 @@ def test_one_leader_applies_and_a_survivor_takes_over_after_kill_9(controllers: 
     leader.proc.send_signal(signal.SIGKILL)
     leader.proc.wait(10)
     killed_at = time.monotonic()
-    wait_for(lambda: (standby.status() or {}).get("leader"), 6 * LEASE, "the standby to take over")
+    wait_until(lambda: (standby.status() or {}).get("leader"), 6 * LEASE, "the standby to take over")
     took = time.monotonic() - killed_at
     print(f"takeover after kill -9: {took:.1f} s (lease {LEASE} s, interval {INTERVAL} s)")
 
     scaled = commit(repo, {"catalog/new.yaml": NEW.replace("max: 1", "max: 2")}, "new scales to 2")
-    wait_for(lambda: any(r["commit"] == scaled and r["status"] == "applied" for r in standby.runs()), 30,
+    wait_until(lambda: any(r["commit"] == scaled and r["status"] == "applied" for r in standby.runs()), 30,
              "the survivor to apply the next commit")
     survivor = standby.status()
     assert survivor is not None and survivor["name"] in {r["controller"] for r in standby.runs()}

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,13 +23,12 @@ from llmgw.router import RouterServer, RouterSettings
 from llmgw.router.ondemand import Activator
 from llmgw.store import Store, open_store
 from tests.support.net import free_port
+from tests.support.postgres import server_url
 from tests.support.router import (
     ENGINE,
     FAST,
     HTTP,
     MODEL,
-    PG_DEFAULT,
-    REPO,
     Engine,
     RunningRouter,
     StateFile,
@@ -104,24 +102,7 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
 @pytest.fixture(scope="session")
 def pg_server() -> str:
     """The PostgreSQL the test command starts (scripts/start-postgres); started here if down."""
-    import psycopg
-
-    url = os.environ.get("LLMGW_TEST_PG", PG_DEFAULT)
-
-    def reachable() -> str | None:
-        try:
-            psycopg.connect(url, connect_timeout=3).close()
-        except psycopg.Error as exc:
-            return str(exc)
-        return None
-
-    if reachable() is not None:
-        subprocess.run([str(REPO / "scripts" / "start-postgres")], check=False, capture_output=True)
-    problem = reachable()
-    if problem is not None:
-        pytest.fail(f"PostgreSQL at {url} is not reachable ({problem.strip()}): run scripts/start-postgres "
-                    "(scripts/setup-host installs and starts it)", pytrace=False)
-    return url
+    return server_url()
 
 
 @pytest.fixture

@@ -7,40 +7,19 @@ operator's would.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PG_DEFAULT = "postgresql://llmgw:llmgw@127.0.0.1:5432/llmgw_test"
+from tests.support.postgres import server_url
 
 
 @pytest.fixture(scope="session")
 def pg_admin() -> str:
     """The PostgreSQL that scripts/start-postgres runs (started here if down), as a URL with password."""
-    import psycopg
-
-    url = os.environ.get("LLMGW_TEST_PG", PG_DEFAULT)
-
-    def reachable() -> str | None:
-        try:
-            psycopg.connect(url, connect_timeout=3).close()
-        except psycopg.Error as exc:
-            return str(exc)
-        return None
-
-    if reachable() is not None:
-        subprocess.run([str(REPO / "scripts" / "start-postgres")], check=False, capture_output=True)
-    problem = reachable()
-    if problem is not None:
-        pytest.fail(f"PostgreSQL at {url} is not reachable ({problem.strip()}): run scripts/start-postgres",
-                    pytrace=False)
-    return url
+    return server_url()
 
 
 def without_password(url: str) -> tuple[str, str]:

@@ -8,8 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from llmgw.state import (
     WriteMeta,
     open_backend,
 )
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,17 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 def replica(rid: str) -> Replica:
     return Replica(id=rid, model="m", profile="cpu", engine="llamacpp", state="ready", endpoint="http://n1:20000",
                    shards=[Shard(node="n1", rank=0, port=20000, unit=f"llmgw-{rid}-0.service")])
-
-
-def wait_for(pred: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -183,7 +172,7 @@ def test_a_killed_holder_keeps_the_lock_only_until_its_lease_ends(pg_state: str,
                     except StateError:
                         return None
 
-                mine = wait_for(take, 4 * lease, "the dead holder's lease to run out")
+                mine = wait_until(take, 4 * lease, "the dead holder's lease to run out")
                 assert isinstance(mine.acquired_at, type(after_kill.expires_at))  # type: ignore[attr-defined]
                 assert mine.acquired_at >= after_kill.expires_at  # type: ignore[attr-defined]
         finally:
@@ -203,7 +192,7 @@ def test_a_live_holder_keeps_its_lease_beyond_one_period(pg_state: str, tmp_path
             now = b.lock_info()
             return now is not None and now.expires_at is not None and now.expires_at > first.expires_at
 
-        wait_for(renewed, 5, "the holder to renew its lease")
+        wait_until(renewed, 5, "the holder to renew its lease")
         assert a.write(State(lineage=""), expect_serial=0).serial == 1
         assert held.id == b.lock_info().id  # type: ignore[union-attr]
 

@@ -5,28 +5,15 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from llmgw.state import PostgresBackend, State, open_backend
 from llmgw.yamlio import atomic_write
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.postgres
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def serial_in(path: Path) -> int:
@@ -50,9 +37,9 @@ def test_notify_delivers_each_serial_and_an_outage_keeps_the_last_copy(pg_state:
         thread.start()
         try:
             s = writer.write(State(lineage=""), expect_serial=0)
-            wait_for(lambda: serial_in(out) == 1, 10, "serial 1 in the router's file")
+            wait_until(lambda: serial_in(out) == 1, 10, "serial 1 in the router's file")
             s = writer.write(s, expect_serial=1)
-            wait_for(lambda: serial_in(out) == 2, 10, "serial 2 through NOTIFY")
+            wait_until(lambda: serial_in(out) == 2, 10, "serial 2 through NOTIFY")
 
             def cut() -> int:
                 with psycopg.connect(pg_admin, autocommit=True) as admin:
@@ -61,10 +48,10 @@ def test_notify_delivers_each_serial_and_an_outage_keeps_the_last_copy(pg_state:
                                          "current_setting('search_path') IS NOT NULL").fetchall()
                 return len(rows)
 
-            assert wait_for(cut, 10, "the follower's LISTEN connection to exist") >= 1
+            assert wait_until(cut, 10, "the follower's LISTEN connection to exist") >= 1
             assert serial_in(out) == 2  # the last good copy stays
             writer.write(s, expect_serial=2)
-            wait_for(lambda: serial_in(out) == 3, 15, "the follower to reconnect and catch up")
+            wait_until(lambda: serial_in(out) == 3, 15, "the follower to reconnect and catch up")
         finally:
             stop.set()
             thread.join(10)

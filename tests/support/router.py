@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import pytest
 from llmgw.router import RouterServer, RouterSettings
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard, State, read_state, write_state
 from llmgw.store import Store
+from tests.support.waiting import wait_until
 
 # One client for every test request: a new httpx client per call loads the CA bundle (~0.2 s).
 HTTP = httpx.Client(timeout=30)
@@ -42,25 +41,12 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache" / "llmgw"))
 ENGINE = CACHE / "engine" / "llama-server"
 MODEL = CACHE / "models" / "tiny.gguf"
-PG_DEFAULT = "postgresql://llmgw:llmgw@127.0.0.1:5432/llmgw_test"
 
 # Quick loops so tests see changes within a fraction of a second.
 FAST = RouterSettings(health_interval=0.3, health_timeout=1.0, state_poll_interval=0.1,
                       key_refresh_interval=0.3, key_miss_refresh_interval=0.2, usage_flush_interval=0.2,
                       backoff_base=0.5, backoff_max=2.0, first_byte_timeout=30.0, chunk_gap_timeout=10.0,
                       activation_timeout=30.0, idle_check_interval=0.2, retry_after=1)
-
-
-def wait_until(pred: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll until pred() is truthy (a bounded wait for a real process, not a speed check)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- engines ------------------------------------------------------------------------------

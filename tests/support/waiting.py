@@ -1,0 +1,19 @@
+"""Waiting for an event in a test: poll a condition with a deadline, never a bare sleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll until pred() is truthy and return its value (a bounded wait for a real process, not a speed check)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
