@@ -27,7 +27,7 @@ from llmgw.site import Site
 from tests.support.hf_mirror import HfMirror, podman_gateway, running_mirror
 from tests.support.lab import Lab, lab
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.vllm]
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.vllm, pytest.mark.unproven]
 
 CATALOG = """\
 # The tiny HF-format Llama from the site's mirror, served by vLLM's CPU build.
