@@ -25,7 +25,7 @@ from llmgw.apply import hosts_for
 from llmgw.site import Site
 from tests.support.lab import VENV_BIN, Lab, lab
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine]
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.unproven]
 
 CATALOG = """\
 # A model spread over two lab hosts by llama.cpp RPC (rank 0: llama-server; rank 1: rpc-server).
