@@ -116,24 +116,7 @@ def hub_wheelhouse() -> Path:
     Hosts may reach no package index, so they install the client from this archive
     into their own virtualenv. Built once per requirement and control-host Python
     (hosts run the same Debian Python as a control host built from the same image)."""
-    root = cache_root().parent / "hosts"
-    key = hashlib.sha256(f"{HUB_REQUIREMENT}\n{sys.version.split()[0]}".encode()).hexdigest()[:16]
-    archive = root / f"huggingface-hub-{key}.tar"
-    if archive.is_file():
-        return archive
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root) as tmp_dir:
-        wheels = Path(tmp_dir) / "wheels"
-        _pip("wheel", "--quiet", "--wheel-dir", str(wheels), "pip", HUB_REQUIREMENT)
-        part = archive.with_suffix(".tar.part")
-        with tarfile.open(part, "w") as tar:
-            for wheel in sorted(wheels.glob("*.whl")):
-                tar.add(wheel, arcname=wheel.name)
-            marker = Path(tmp_dir) / ".complete"
-            marker.write_text(HUB_REQUIREMENT + "\n", encoding="utf-8")
-            tar.add(marker, arcname=".complete")
-        part.rename(archive)
-    return archive
+    return _host_archive(HUB_REQUIREMENT, "huggingface-hub")
 
 
 def engine_wheelhouse(requirement: str) -> Path:
@@ -143,10 +126,17 @@ def engine_wheelhouse(requirement: str) -> Path:
     Engine hosts may reach no package index (the lab's cannot, nor many fleets), so the
     control host builds it once per requirement and Python (about 1 GB for the CPU build
     of vLLM with its torch) under $LLMGW_CACHE/hosts, and apply hands it to the role."""
+    name = "".join(c if c.isalnum() or c in "-." else "-" for c in requirement)
+    return _host_archive(requirement, f"engine-{name}")
+
+
+def _host_archive(requirement: str, stem: str) -> Path:
+    """`$LLMGW_CACHE/hosts/STEM-KEY.tar`: the wheels of `requirement` and pip, with a
+    `.complete` marker, built once per requirement and control-host Python, written
+    as `.part` and renamed so a killed build is never taken for a finished one."""
     root = cache_root().parent / "hosts"
     key = hashlib.sha256(f"{requirement}\n{sys.version.split()[0]}".encode()).hexdigest()[:16]
-    name = "".join(c if c.isalnum() or c in "-." else "-" for c in requirement)
-    archive = root / f"engine-{name}-{key}.tar"
+    archive = root / f"{stem}-{key}.tar"
     if archive.is_file():
         return archive
     root.mkdir(parents=True, exist_ok=True)
