@@ -13,12 +13,12 @@ seconds).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from llmgw.catalog import Catalog, load_catalog
-from llmgw.errors import FabricError
+from llmgw.errors import FabricError, PlanError
 from llmgw.fabric import FabricIndex, fabrics_from_facts
 from llmgw.facts.cache import read_facts
 from llmgw.facts.records import HostFacts
@@ -70,12 +70,24 @@ def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
         fabrics = FabricIndex({})
         notes.append(f"fabrics unknown: {exc.message}")
     nodes = inventory.nodes
-    inputs = PlanInputs(catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
+    node_facts = {h: f for h, f in facts.items() if h in nodes}
+    inputs = PlanInputs(catalog=catalog, nodes=nodes, facts=node_facts,
                         state=state, fabrics=fabrics, ports=site.config.ports,
                         weight_sizes=weight_sizes(site.facts_dir), unservable=unservable_sources(site))
+    try:
+        plan = make_plan(inputs)
+    except PlanError as exc:
+        # The planner refuses an empty state while hosts run llmgw units (#14): right for
+        # `plan`, which would destroy them, but a view destroys nothing and must still show
+        # the fleet. Planned again without the units, it still says what cannot be placed.
+        plan = make_plan(replace(inputs, facts={h: f.model_copy(update={"units": None})
+                                               for h, f in node_facts.items()}))
+        notes.append(f"{exc.message} (`llmgw plan` refuses the same; {exc.hint})" if exc.hint else exc.message)
+    if state.serial == 0 and not state.replicas:
+        notes.append(f"the state is empty (serial 0, {site.state_file}): nothing applied from this "
+                     "checkout, or `state:` in llmgw.yaml does not point at the site's state")
     return SiteData(site=site, catalog=catalog, inventory=inventory, facts=facts, state=state,
-                    fabrics=fabrics, plan=make_plan(inputs), loaded_at=now or datetime.now(UTC),
-                    notes=tuple(notes))
+                    fabrics=fabrics, plan=plan, loaded_at=now or datetime.now(UTC), notes=tuple(notes))
 
 
 def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:
