@@ -49,6 +49,9 @@ Count = Annotated[int, BeforeValidator(_no_bool)]
 Number = Annotated[float, BeforeValidator(_no_bool)]
 Engine = Literal["vllm", "sglang", "llamacpp"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "llamacpp")
+# How the router picks a replica: least in flight, or by prompt prefix so engine prompt
+# caches are reused (llmgw/router/balance.py). The state's copy is llmgw.state.Routing.
+Routing = Literal["least-load", "prefix-affinity"]
 
 _DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -141,6 +144,7 @@ class Model(BaseModel):
     exclude: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]/-]{1,200}$")]] = Field(default_factory=list)
     fallbacks: list[Name] = Field(default_factory=list)
     scaling: Scaling = Scaling()
+    routing: Routing = "least-load"
     # Host labels (llmgw_labels) whose values are failure domains: replicas go to different
     # values when they fit, after different hosts and `llmgw_failure_domain` (planner/placement.py).
     spread: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]] = Field(default_factory=list)

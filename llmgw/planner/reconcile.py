@@ -86,12 +86,13 @@ def _endpoint(address: str, port: int) -> str:
 def _record(m: Model) -> ModelRecord:
     s = m.scaling
     return ModelRecord(name=m.name, aliases=list(m.aliases), fallbacks=list(m.fallbacks),
-                       scaling=ScalingRecord(min=s.min, max=s.maximum, idle_timeout=s.idle_timeout))
+                       scaling=ScalingRecord(min=s.min, max=s.maximum, idle_timeout=s.idle_timeout),
+                       routing=m.routing)
 
 
 def _record_change(old: ModelRecord, new: ModelRecord) -> str:
     parts = []
-    for key in ("aliases", "fallbacks"):
+    for key in ("aliases", "fallbacks", "routing"):
         a, b = getattr(old, key), getattr(new, key)
         if a != b:
             parts.append(f"{key} {a} -> {b}")

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from llmgw.router.asgi import ClientGone, Message, Receive, Scope, Send
+from llmgw.router.balance import prefix_key
 from llmgw.router.bodies import content_length, find_field, header, multipart_boundary, read_body
 from llmgw.router.endpoints import Endpoint, Match, served, upstream_path
 from llmgw.router.openai_errors import RouterError
@@ -62,9 +63,9 @@ def _serves(replica: ReplicaRuntime, endpoint: Endpoint) -> bool:
 class Call:
     """One client request on a forwarded endpoint, carried by the proxy through its attempts."""
 
-    __slots__ = ("_boundary", "_content_type", "_field", "_length", "_limit", "_more", "_read_all", "_seen",
-                 "_seen_size", "_sent", "_sse", "_status", "_upload_error", "_uploaded", "affinity", "endpoint",
-                 "model", "pin", "raw", "receive", "replica", "req", "response_id", "scope")
+    __slots__ = ("_boundary", "_content_type", "_field", "_length", "_limit", "_more", "_prefix", "_read_all",
+                 "_seen", "_seen_size", "_sent", "_sse", "_status", "_upload_error", "_uploaded", "affinity",
+                 "endpoint", "model", "pin", "raw", "receive", "replica", "req", "response_id", "scope")
 
     def __init__(self, scope: Scope, receive: Receive, match: Match, affinity: ResponseAffinity) -> None:
         self.scope = scope
@@ -91,6 +92,7 @@ class Call:
         self._sse = False
         self._seen: list[bytes] = []
         self._seen_size = 0
+        self._prefix: tuple[int | None] | None = None  # the prompt's prefix key, once worked out
 
     @property
     def path(self) -> str:
@@ -174,6 +176,12 @@ class Call:
         return await self.receive()
 
     # -- routing ------------------------------------------------------------------------
+    def prefix_key(self) -> int | None:
+        """The ring point of the prompt's head (balance.py), from the parsed body, once."""
+        if self._prefix is None:
+            self._prefix = (prefix_key(self.endpoint.key, self.req),)
+        return self._prefix[0]
+
     def resolve(self, table: RoutingTable) -> ModelEntry | None:
         """The model entry, after checking that a pinned replica is still there to answer."""
         pin = self.pin

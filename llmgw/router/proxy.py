@@ -313,7 +313,8 @@ class Proxy:
                             continue
                         target = self.table().models.get(target.name, target)
                 while attempts < self.settings.max_attempts:
-                    replica = target.pick(tried, time.monotonic(), panic=panic)
+                    replica = target.pick(tried, time.monotonic(), panic=panic,
+                                          prefix=flight.call.prefix_key() if target.by_prefix else None)
                     if replica is None:
                         break
                     attempts += 1

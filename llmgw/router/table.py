@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from llmgw.router.balance import Ring, pick_by_prefix
 from llmgw.state import ModelRecord, Replica, State
 
 # busy: alive but saturated (its health check is slow, or says no slot is free): still routed to.
@@ -132,6 +133,7 @@ class ModelEntry:
     record: ModelRecord
     replicas: list[ReplicaRuntime] = field(default_factory=list)
     rotation: int = 0  # spreads ties between equally loaded replicas
+    ring: Ring | None = field(default=None, repr=False)  # prefix-affinity's hash ring, made on first use
 
     @property
     def name(self) -> str:
@@ -144,15 +146,29 @@ class ModelEntry:
     def routable(self, now: float) -> list[ReplicaRuntime]:
         return [r for r in self.replicas if r.routable(now)]
 
-    def pick(self, exclude: set[str], now: float, *, panic: bool = False) -> ReplicaRuntime | None:
+    @property
+    def by_prefix(self) -> bool:
+        """Does this model route by prompt prefix (so pick wants the request's prefix key)?"""
+        return self.record.routing == "prefix-affinity"
+
+    def pick(self, exclude: set[str], now: float, *, panic: bool = False,
+             prefix: int | None = None) -> ReplicaRuntime | None:
         """Least outstanding requests among routable replicas not yet tried.
 
         In panic mode, ejected ones count too: every `ready` replica not yet tried.
+        With a `prefix` key (balance.prefix_key) and routing `prefix-affinity`: the same
+        candidates, chosen by bounded-load consistent hashing (balance.py).
         """
         replicas = self.replicas
         n = len(replicas)
         if n == 0:
             return None
+        if prefix is not None and self.by_prefix:
+            if self.ring is None:
+                self.ring = Ring(r.id for r in replicas)
+            return pick_by_prefix(self.ring, prefix, [
+                r for r in replicas
+                if r.id not in exclude and r.state == "ready" and (panic or not r.ejected(now))])
         self.rotation = (self.rotation + 1) % n
         best: ReplicaRuntime | None = None
         for i in range(n):

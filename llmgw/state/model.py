@@ -3,7 +3,8 @@
 Schema version 1 (pinned; README "State file" documents it):
 
     {"version": 1, "serial": 7, "lineage": "<uuid>",
-     "models":   [{"name", "aliases", "fallbacks", "scaling": {"min", "max", "idle_timeout"}}],
+     "models":   [{"name", "aliases", "fallbacks", "scaling": {"min", "max", "idle_timeout"},
+                   "routing": "least-load|prefix-affinity"}],
      "replicas": [{"id", "model", "profile", "engine", "state": "starting|ready|draining",
                    "endpoint": "http://host:port", "created_at",
                    "shards": [{"node", "rank", "gpus", "port", "unit"}]}]}
@@ -38,6 +39,11 @@ class ScalingRecord(_Model):
     idle_timeout: int  # seconds
 
 
+# How a router picks among a model's replicas (llmgw/router/balance.py); the catalog's
+# `routing:` key (catalog/schema.py's Routing, checked equal by tests/router/test_balance.py).
+Routing = Literal["least-load", "prefix-affinity"]
+
+
 class ModelRecord(_Model):
     """What a router needs of a catalog model."""
 
@@ -45,6 +51,7 @@ class ModelRecord(_Model):
     aliases: list[str] = Field(default_factory=list)
     fallbacks: list[str] = Field(default_factory=list)
     scaling: ScalingRecord
+    routing: Routing = "least-load"
 
 
 class Shard(_Model):
