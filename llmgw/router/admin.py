@@ -3,7 +3,8 @@
     admin    (FastAPI)    /api/v1/replicas, /api/v1/models, /api/v1/usage, /api/v1/status,
                           /metrics, /health, and the read-only dashboard when the router
                           has a site — loopback by default
-    metrics  (FastAPI)    /metrics alone, safe to expose
+    metrics  (FastAPI)    /metrics and /metrics/engines (the engines' own, relayed) alone,
+                          safe to expose
 
 This module is the one place the router meets the dashboard: it hands llmgw.web the
 router's runtime facts and usage as `DashboardSources`, so llmgw.web never imports the
@@ -25,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmgw.router.app import Router, openai_errors
 from llmgw.router.endpoints import served
+from llmgw.router.engine_metrics import relay as relay_engine_metrics
 from llmgw.router.metrics import CONTENT_TYPE
 from llmgw.router.openai_errors import error_payload
 from llmgw.router.table import ModelEntry, ReplicaRuntime
@@ -122,6 +124,12 @@ def _metrics_route(app: FastAPI, router: Router) -> None:
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         return Response(router.metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/metrics/engines", include_in_schema=False)
+    async def engine_metrics() -> Response:
+        # The engines' own /metrics, relabelled per replica (their keys stay on this host).
+        return Response(await relay_engine_metrics(router.session, router.table, router.engine_keys),
+                        media_type=CONTENT_TYPE)
 
 
 def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:

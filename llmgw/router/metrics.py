@@ -7,14 +7,38 @@ a collector turns them into metric families when /metrics is scraped (on the sam
 loop, so it sees a consistent snapshot). Replica gauges (in flight, health, state)
 are read from the routing table at scrape time too.
 
-Model labels only take names from the state (an unknown name counts as "-"), so
-clients cannot grow the label set.
+What is counted (names as exposed; `rate()` of a counter is per second):
+
+    llmgw_requests_total{model,status}                     client requests, by the status sent
+    llmgw_request_duration_seconds{model}                  request to the end of the response
+    llmgw_queue_wait_seconds{model}                        request to its first upstream attempt
+                                                           (body, quota, on-demand start)
+    llmgw_replica_responses_total{model,replica,status}    responses relayed from each replica
+    llmgw_time_to_first_token_seconds{model,replica}       streams: request to the first event
+    llmgw_inter_token_latency_seconds{model,replica}       streams: first to last event over
+                                                           completion tokens - 1
+    llmgw_tokens_total{model,replica,kind}                 kind = prompt (in) | completion (out)
+    llmgw_upstream_errors_total{model,replica,kind}        failed attempts (connect, status, ...)
+    llmgw_rejected_requests_total{reason}                  refused before routing
+    llmgw_activations_total{model,outcome}                 on-demand starts (demand's ondemand.py)
+    llmgw_scale_decisions_total{model,direction,reason}    autoscaling decisions seen by this process
+    llmgw_replica_in_flight / _healthy / _state, llmgw_state_serial   gauges from the table
+
+Labels are bounded: models and replicas only take names from the state (anything else
+counts as "-"), statuses are integers, kinds and reasons are the callers' constants.
+No label ever holds an API key, a key id or a tenant name.
+
+For the multi-process router: every counter is a `dict[label tuple, int]` and every
+histogram a `dict[label tuple, Hist]`, named in COUNTERS and HISTOGRAMS; `snapshot()`
+turns them into JSON-able lists and `absorb()` adds another process's snapshot, so a
+merge across workers needs nothing metric-specific.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -25,108 +49,182 @@ from llmgw.router.table import RoutingTable
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Inter-token latency: milliseconds on a GPU, tens of them on a CPU.
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+UNKNOWN = "-"
 
 
 class Hist:
     """Bucket counts (not cumulative) plus the sum; the +Inf bucket is the last one."""
 
-    __slots__ = ("counts", "sum")
+    __slots__ = ("buckets", "counts", "sum")
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS) + 1)
+    def __init__(self, buckets: tuple[float, ...] = BUCKETS) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(BUCKETS, value)] += 1
+        self.counts[bisect_left(self.buckets, value)] += 1
         self.sum += value
 
     def cumulative(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
         running = 0
-        for bound, n in zip((*(repr(b) for b in BUCKETS), "+Inf"), self.counts, strict=True):
+        for bound, n in zip((*(repr(b) for b in self.buckets), "+Inf"), self.counts, strict=True):
             running += n
             out.append((bound, running))
         return out
 
 
+# name -> (help, label names) of every counter, and of every histogram with its buckets
+COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "requests": ("Client requests by model and HTTP status", ("model", "status")),
+    "replica_responses": ("Responses relayed from each replica, by the engine's HTTP status",
+                          ("model", "replica", "status")),
+    "tokens": ("Tokens reported by the engines: prompt (in) and completion (out)", ("model", "replica", "kind")),
+    "upstream_errors": ("Failed upstream attempts", ("model", "replica", "kind")),
+    "rejected_requests": ("Requests refused before routing", ("reason",)),
+    "activations": ("On-demand activations of a model, by outcome", ("model", "outcome")),
+    "scale_decisions": ("Scaling decisions for a model seen by this process", ("model", "direction", "reason")),
+}
+HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
+    "request_duration_seconds": ("Time from request to the end of the response", ("model",), BUCKETS),
+    "queue_wait_seconds": ("Time from request to its first upstream attempt (body read, quota, on-demand "
+                           "start)", ("model",), BUCKETS),
+    "time_to_first_token_seconds": ("Streams: time from request to the first event from the engine",
+                                    ("model", "replica"), BUCKETS),
+    "inter_token_latency_seconds": ("Streams: time from the first to the last event over completion "
+                                    "tokens - 1", ("model", "replica"), ITL_BUCKETS),
+}
+
+
 class RouterMetrics(Collector):
     def __init__(self, table: Callable[[], RoutingTable]) -> None:
         self.table = table
-        self.requests: dict[tuple[str, int], int] = {}
-        self.latency: dict[str, Hist] = {}
-        self.ttft: dict[str, Hist] = {}
-        self.tokens: dict[tuple[str, str], int] = {}
-        self.upstream_errors: dict[tuple[str, str], int] = {}
-        self.rejected: dict[str, int] = {}
+        self.counters: dict[str, dict[tuple[str, ...], int]] = {name: {} for name in COUNTERS}
+        self.histograms: dict[str, dict[tuple[str, ...], Hist]] = {name: {} for name in HISTOGRAMS}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
+    # -- label bounding ------------------------------------------------------------------
+    def _model(self, model: str) -> str:
+        return model if model in self.table().models else UNKNOWN
+
+    def _replica(self, replica: str) -> tuple[str, str]:
+        """(model, replica) of a replica of the state, else ("-", "-")."""
+        rep = self.table().replicas.get(replica)
+        return (rep.model, rep.id) if rep is not None else (UNKNOWN, UNKNOWN)
+
+    def _count(self, name: str, key: tuple[str, ...], n: int = 1) -> None:
+        c = self.counters[name]
+        c[key] = c.get(key, 0) + n
+
+    def _observe(self, name: str, key: tuple[str, ...], value: float) -> None:
+        hists = self.histograms[name]
+        h = hists.get(key)
+        if h is None:
+            h = hists[key] = Hist(HISTOGRAMS[name][2])
+        h.observe(value)
+
     # -- the hot path --------------------------------------------------------------------
     def request_done(self, model: str, status: int, seconds: float) -> None:
-        key = (model, status)
-        self.requests[key] = self.requests.get(key, 0) + 1
-        h = self.latency.get(model)
-        if h is None:
-            h = self.latency[model] = Hist()
-        h.observe(seconds)
+        """A client request ended; `model` is the resolved name, or "-" when none was found."""
+        model = self._model(model)
+        self._count("requests", (model, str(status)))
+        self._observe("request_duration_seconds", (model,), seconds)
 
-    def first_byte(self, model: str, seconds: float) -> None:
-        h = self.ttft.get(model)
-        if h is None:
-            h = self.ttft[model] = Hist()
-        h.observe(seconds)
+    def queue_wait(self, model: str, seconds: float) -> None:
+        self._observe("queue_wait_seconds", (self._model(model),), seconds)
 
-    def tokens_used(self, model: str, prompt: int, completion: int) -> None:
+    def replica_done(self, replica: str, status: int) -> None:
+        self._count("replica_responses", (*self._replica(replica), str(status)))
+
+    def first_token(self, replica: str, seconds: float) -> None:
+        self._observe("time_to_first_token_seconds", self._replica(replica), seconds)
+
+    def stream_done(self, replica: str, first_to_last: float, completion: int) -> None:
+        """A stream ended with `completion` tokens; its events spanned `first_to_last` seconds."""
+        if completion > 1:
+            self._observe("inter_token_latency_seconds", self._replica(replica), first_to_last / (completion - 1))
+
+    def tokens_used(self, replica: str, prompt: int, completion: int) -> None:
+        model, rid = self._replica(replica)
         for kind, n in (("prompt", prompt), ("completion", completion)):
             if n:
-                self.tokens[(model, kind)] = self.tokens.get((model, kind), 0) + n
+                self._count("tokens", (model, rid, kind), n)
 
     def upstream_error(self, replica: str, kind: str) -> None:
-        self.upstream_errors[(replica, kind)] = self.upstream_errors.get((replica, kind), 0) + 1
+        self._count("upstream_errors", (*self._replica(replica), kind))
 
     def reject(self, reason: str) -> None:
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self._count("rejected_requests", (reason,))
+
+    def activation(self, model: str, outcome: str) -> None:
+        """An on-demand start of `model` ended. For ondemand.py (the demand engineer's): call
+        it once per activation with a fixed word for `outcome` ("started", "failed",
+        "timeout"), never an error text (labels must stay a small set)."""
+        self._count("activations", (self._model(model), outcome))
+
+    def scale_decision(self, model: str, direction: str, reason: str) -> None:
+        """A scaling decision for `model` made or relayed by this process. For the demand
+        engineer's autoscaling: `direction` is "up" | "down", `reason` a fixed word ("load",
+        "idle", "min", ...), never free text."""
+        self._count("scale_decisions", (self._model(model), direction, reason))
+
+    # -- across processes ----------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and histograms as JSON-able lists (another process `absorb`s them)."""
+        return {"counters": {name: [[list(k), n] for k, n in c.items()] for name, c in self.counters.items()},
+                "histograms": {name: [[list(k), h.counts, h.sum] for k, h in hs.items()]
+                               for name, hs in self.histograms.items()}}
+
+    def absorb(self, snap: dict[str, Any]) -> None:
+        """Add another process's `snapshot()` to these counts (names this version does not know
+        are skipped; a histogram with other buckets is skipped whole)."""
+        for name, rows in snap.get("counters", {}).items():
+            if name in self.counters:
+                for key, n in rows:
+                    self._count(name, tuple(key), int(n))
+        for name, rows in snap.get("histograms", {}).items():
+            if name not in self.histograms:
+                continue
+            hists = self.histograms[name]
+            for key, counts, total in rows:
+                h = hists.get(tuple(key))
+                if h is None:
+                    h = Hist(HISTOGRAMS[name][2])
+                if len(counts) != len(h.counts):
+                    continue
+                hists[tuple(key)] = h
+                h.counts = [a + int(b) for a, b in zip(h.counts, counts, strict=True)]
+                h.sum += float(total)
 
     # -- scrape time ---------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
-        c = CounterMetricFamily("llmgw_requests", "Client requests by model and HTTP status",
-                                labels=["model", "status"])
-        for (model, status), n in sorted(self.requests.items()):
-            c.add_metric([model, str(status)], n)
-        yield c
-        for name, doc, hists in (
-                ("llmgw_request_duration_seconds", "Time from request to the end of the response", self.latency),
-                ("llmgw_time_to_first_token_seconds", "Time from request to the first response byte from the "
-                                                      "engine", self.ttft)):
-            h = HistogramMetricFamily(name, doc, labels=["model"])
-            for model, hist in sorted(hists.items()):
-                h.add_metric([model], hist.cumulative(), hist.sum)
+        for name, (doc, labels) in COUNTERS.items():
+            c = CounterMetricFamily(f"llmgw_{name}", doc, labels=list(labels))
+            for key, n in sorted(self.counters[name].items()):
+                c.add_metric(list(key), n)
+            yield c
+        for name, (doc, labels, _buckets) in HISTOGRAMS.items():
+            h = HistogramMetricFamily(f"llmgw_{name}", doc, labels=list(labels))
+            for key, hist in sorted(self.histograms[name].items()):
+                h.add_metric(list(key), hist.cumulative(), hist.sum)
             yield h
-        t = CounterMetricFamily("llmgw_tokens", "Tokens reported by the engines", labels=["model", "kind"])
-        for (model, kind), n in sorted(self.tokens.items()):
-            t.add_metric([model, kind], n)
-        yield t
-        u = CounterMetricFamily("llmgw_upstream_errors", "Failed upstream attempts", labels=["replica", "kind"])
-        for (replica, kind), n in sorted(self.upstream_errors.items()):
-            u.add_metric([replica, kind], n)
-        yield u
-        r = CounterMetricFamily("llmgw_rejected_requests", "Requests refused before routing", labels=["reason"])
-        for reason, n in sorted(self.rejected.items()):
-            r.add_metric([reason], n)
-        yield r
         yield from self._replicas()
 
     def _replicas(self) -> Iterator[Metric]:
         t = self.table()
         in_flight = GaugeMetricFamily("llmgw_replica_in_flight", "Requests in flight per replica",
                                       labels=["replica", "model"])
-        healthy = GaugeMetricFamily("llmgw_replica_healthy", "1 when the replica passes health checks, 0 when "
-                                    "not, -1 when not checked yet", labels=["replica", "model"])
+        healthy = GaugeMetricFamily("llmgw_replica_healthy", "1 when the replica passes health checks (or is "
+                                    "busy), 0 when not, -1 when not checked yet", labels=["replica", "model"])
         state = GaugeMetricFamily("llmgw_replica_state", "Replica state from the state file (1 = current)",
                                   labels=["replica", "model", "state"])
         for rep in t.replicas.values():
             in_flight.add_metric([rep.id, rep.model], rep.in_flight)
-            healthy.add_metric([rep.id, rep.model], {"healthy": 1, "unhealthy": 0}.get(rep.health, -1))
+            healthy.add_metric([rep.id, rep.model], {"healthy": 1, "busy": 1, "unhealthy": 0}.get(rep.health, -1))
             state.add_metric([rep.id, rep.model, rep.state], 1)
         serial = GaugeMetricFamily("llmgw_state_serial", "Serial of the state the router routes by")
         serial.add_metric([], t.serial)

@@ -318,6 +318,8 @@ class Proxy:
                     if replica is None:
                         break
                     attempts += 1
+                    if attempts == 1:  # how long the request waited before any engine saw it
+                        self.metrics.queue_wait(entry.name, time.perf_counter() - started)
                     body = bodies.get(target.name)
                     if body is None:
                         body = bodies[target.name] = upstream_body(req, raw, target.name, inject)
@@ -395,8 +397,9 @@ class Proxy:
                 raise _Retry from None
             flight.deadline = _NEVER
             replica.mark_success()
-            self.metrics.first_byte(model, time.perf_counter() - started)
-            return await self._relay(replica, model, resp, first, strip, principal, send, flight)
+            status = await self._relay(replica, model, resp, first, strip, principal, send, flight, started)
+            self.metrics.replica_done(replica.id, status)
+            return status
         finally:
             replica.end()
             if resp is not None:
@@ -416,9 +419,12 @@ class Proxy:
                     ", ejected" if ejected else "", why)
 
     async def _relay(self, replica: ReplicaRuntime, model: str, resp: aiohttp.ClientResponse, first: bytes,
-                     strip: bool, principal: Principal, send: Send, flight: Flight) -> int:
+                     strip: bool, principal: Principal, send: Send, flight: Flight, started: float) -> int:
         ctype = resp.headers.get("Content-Type", "application/json")
         sse = ctype.startswith("text/event-stream")
+        first_at = last_at = time.perf_counter()  # a stream's first and last event: TTFT, inter-token latency
+        if sse:
+            self.metrics.first_token(replica.id, first_at - started)
         length = resp.content_length
         headers = [(b"content-type", ctype.encode())]
         if sse:
@@ -432,7 +438,7 @@ class Proxy:
             flight.done = True
             await send({"type": "http.response.body", "body": first, "more_body": False})
             if resp.status == 200:
-                self._account(principal, model, flight.call.billable(usage_in_json(first)))
+                self._account(principal, model, flight.call.billable(usage_in_json(first)), replica.id)
             return resp.status
         scanner = SseUsageScanner(strip=strip) if sse else None
         keep: list[bytes] | None = [] if not sse and resp.status == 200 else None
@@ -454,6 +460,8 @@ class Proxy:
                 flight.deadline = time.monotonic() + gap
                 chunk = await resp.content.readany()
                 flight.deadline = _NEVER
+                if chunk:
+                    last_at = time.perf_counter()
         except (aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
             flight.deadline = _NEVER
             resp.close()  # drop the engine connection: it stops generating
@@ -472,7 +480,7 @@ class Proxy:
                                            code="upstream_failed") + b"\n\n"
             flight.done = True
             await send({"type": "http.response.body", "body": event, "more_body": False})
-            self._account(principal, model, flight.call.billable(scanner.usage if scanner else None))
+            self._account(principal, model, flight.call.billable(scanner.usage if scanner else None), replica.id)
             return 502
         flight.done = True
         if scanner is not None:
@@ -482,16 +490,18 @@ class Proxy:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             usage = usage_in_json(b"".join(keep)) if keep and kept <= _MAX_KEEP else None
         if resp.status == 200:
-            self._account(principal, model, flight.call.billable(usage))
+            self._account(principal, model, flight.call.billable(usage), replica.id)
+            if sse:
+                self.metrics.stream_done(replica.id, last_at - first_at, _tokens(usage)[1])
         return resp.status
 
-    def _account(self, principal: Principal, model: str, usage: dict[str, Any] | None) -> None:
+    def _account(self, principal: Principal, model: str, usage: dict[str, Any] | None, replica_id: str) -> None:
         prompt, completion = _tokens(usage)
         now = time.time()
         day = self.clock.day(now)
         self.recorder.add(principal.key_id, day, model, prompt, completion)
         total = prompt + completion
         if total:
-            self.metrics.tokens_used(model, prompt, completion)
+            self.metrics.tokens_used(replica_id, prompt, completion)
 
 

@@ -62,7 +62,8 @@ def test_responses_plain_and_streamed(engines: Callable[..., Engine], state: Sta
     assert usage["completion_tokens"] == 2 * direct.usage.output_tokens
     metrics = HTTP.get(router.admin_url + "/metrics").text
     assert 'llmgw_requests_total{model="tiny",status="200"} 2.0' in metrics
-    assert f'llmgw_tokens_total{{kind="completion",model="tiny"}} {2.0 * direct.usage.output_tokens}' in metrics
+    completion = 2.0 * direct.usage.output_tokens
+    assert f'llmgw_tokens_total{{kind="completion",model="tiny",replica="tiny-0"}} {completion}' in metrics
 
 
 def test_drain_during_a_streamed_response_cuts_nothing(engines: Callable[..., Engine], state: StateFile,

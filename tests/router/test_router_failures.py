@@ -112,7 +112,7 @@ def test_retry_on_another_replica_then_fallback(engines: Callable[..., Engine], 
         client.chat.completions.create(model="lonely", messages=MESSAGES, max_tokens=2)
     assert info.value.status_code == 503 and info.value.response.headers.get("retry-after")
     text = HTTP.get(router.admin_url + "/metrics").text
-    assert 'llmgw_upstream_errors_total{kind="connect",replica="primary-0"}' in text
+    assert 'llmgw_upstream_errors_total{kind="connect",model="primary",replica="primary-0"}' in text
     assert 'llmgw_replica_healthy{model="primary",replica="primary-0"} 0.0' in text
 
 
@@ -183,7 +183,7 @@ def test_engine_killed_mid_stream_gives_the_client_an_error(
     assert "failed mid-stream" in info.value.message
     assert router.replica("doomed-0")["in_flight"] == 0
     text = HTTP.get(router.admin_url + "/metrics").text
-    assert 'llmgw_upstream_errors_total{kind="mid_response",replica="doomed-0"}' in text
+    assert 'llmgw_upstream_errors_total{kind="mid_response",model="tiny",replica="doomed-0"}' in text
 
 
 def test_client_disconnect_cancels_the_engine_request(

@@ -8,6 +8,7 @@ from typing import Any
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.router import RouterSettings
 from tests.support.router import FAST, HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
@@ -15,6 +16,16 @@ from tests.support.router import FAST, HTTP, Engine, RunningRouter, StateFile, m
 pytestmark = pytest.mark.engine
 
 MESSAGES: list[Any] = [{"role": "user", "content": "Say something."}]
+
+
+def samples(text: str) -> Callable[..., float]:
+    """got(name, **labels): the sum of the samples of `name` whose labels include `labels`."""
+    parsed = [s for f in text_string_to_metric_families(text) for s in f.samples]
+
+    def got(name: str, **labels: str) -> float:
+        return sum(s.value for s in parsed if s.name == name and labels.items() <= s.labels.items())
+
+    return got
 
 
 @dataclass
@@ -183,14 +194,20 @@ def test_admin_replicas_report_use(fleet: Fleet) -> None:
 def test_metrics_on_admin_and_metrics_listener(fleet: Fleet) -> None:
     wait_until(lambda: fleet.router.replica("tiny-1")["health"] == "healthy", 10, "the first health check")
     fleet.client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=3)
+    assert list(fleet.client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=5, stream=True))
     with pytest.raises(openai.NotFoundError):
         fleet.client.chat.completions.create(model="gpt-9", messages=MESSAGES)
     for base in (fleet.router.admin_url, fleet.router.metrics_url):
         text = HTTP.get(base + "/metrics").text
-        assert 'llmgw_requests_total{model="tiny",status="200"} 1.0' in text
+        got = samples(text)
+        assert 'llmgw_requests_total{model="tiny",status="200"} 2.0' in text
         assert 'llmgw_requests_total{model="-",status="404"} 1.0' in text
-        assert 'llmgw_tokens_total{kind="completion",model="tiny"} 3.0' in text
-        assert 'llmgw_time_to_first_token_seconds_count{model="tiny"} 1.0' in text
+        # Per replica, whichever of the two answered: summed over replicas here.
+        assert got("llmgw_tokens_total", model="tiny", kind="completion") == 8.0
+        assert got("llmgw_replica_responses_total", model="tiny", status="200") == 2.0
+        assert got("llmgw_time_to_first_token_seconds_count", model="tiny") == 1.0  # streams only
+        assert got("llmgw_inter_token_latency_seconds_count", model="tiny") == 1.0
+        assert got("llmgw_queue_wait_seconds_count", model="tiny") == 2.0
         assert 'llmgw_request_duration_seconds_bucket{le="+Inf",model="tiny"}' in text
         assert 'llmgw_replica_in_flight{model="tiny",replica="tiny-0"} 0.0' in text
         assert 'llmgw_replica_healthy{model="tiny",replica="tiny-1"} 1.0' in text
