@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from tests.support.cli import run_cli
@@ -17,6 +18,22 @@ def test_init_writes_a_valid_starter_site(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     r = run_cli("-C", str(tmp_path / "site"), "models", "--json")
     assert {m["name"] for m in json.loads(r.stdout)["models"]} == {"qwen2.5-coder-14b", "qwen2.5-7b"}
+
+
+def test_init_keeps_secrets_and_runtime_files_out_of_git(tmp_path: Path) -> None:
+    """A starter site committed as is must not carry the engine-key secret, the state as
+    last delivered to routers (.llmgw/), lock files or the SQLite key store."""
+    site = tmp_path / "site"
+    assert run_cli("init", str(site)).exit_code == 0
+    subprocess.run(["git", "init", "-q", str(site)], check=True)
+    for rel in ("llmgw-engine-keys.secret", ".llmgw/state.json", "state.json.lock", "llmgw-store.sqlite"):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("x")
+    shown = subprocess.run(["git", "-C", str(site), "status", "--porcelain", "--untracked-files=all"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "llmgw.yaml" in shown and "catalog/models.yaml" in shown
+    for rel in ("llmgw-engine-keys.secret", ".llmgw", "state.json.lock", "llmgw-store.sqlite"):
+        assert rel not in shown, shown
 
 
 def test_init_refuses_an_existing_site_and_writes_nothing(tmp_path: Path) -> None:
