@@ -57,6 +57,19 @@ class SiteConfig(BaseModel):
     # refuses. Plan, explain and the views work on it as on any site.
     recorded: bool = False
 
+    @field_validator("prometheus")
+    @classmethod
+    def _prometheus_url(cls, v: str | None) -> str | None:
+        # Only ever asked for /api/v1/query_range below this URL (llmgw.web.history).
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password \
+                or parts.query or parts.fragment or any(ord(c) < 0x21 or c == "\x7f" for c in v):
+            raise ValueError(f"{v!r} is not a Prometheus URL; use http(s)://HOST[:PORT][/PATH], without "
+                             "credentials, query or fragment")
+        return v.rstrip("/")
+
     @field_validator("mirror")
     @classmethod
     def _mirror_url(cls, v: str | None) -> str | None:

@@ -29,6 +29,7 @@ from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
 from llmgw.views.status import status_view
 from llmgw.views.text import duration, human_bytes
+from llmgw.web.history import history_router
 
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
 # model name -> the endpoints the router forwards for it ("POST /v1/chat/completions", ...)
@@ -61,7 +62,7 @@ def _env() -> Environment:
     env.filters["num"] = lambda n: f"{n:,}".replace(",", "\u202f")  # 5 000 000: thin spaces
     env.globals["pages"] = [("/", "Overview"), ("/nodes", "Nodes"), ("/models", "Models"),
                             ("/replicas", "Replicas"), ("/failures", "Placement failures"),
-                            ("/usage", "Usage"), ("/fabrics", "Fabrics")]
+                            ("/usage", "Usage"), ("/history", "History"), ("/fabrics", "Fabrics")]
     return env
 
 
@@ -192,5 +193,6 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
             return JSONResponse({"error": {"message": exc.message, "type": "not_found", "code": 404}}, 404)
         return JSONResponse(f.to_json())
 
+    api.include_router(history_router(sources.site, env))  # charts from the site's Prometheus (history.py)
     return api
 
