@@ -4,11 +4,13 @@ Each prints what `llmgw.views` computes (the dashboard renders the same dicts), 
 for people or, with `--json`, as the dicts themselves.
 
 Router data (in-flight counts, last use, health) comes from the routers' admin API over
-HTTP: `--router URL` (repeatable; or $LLMGW_ROUTERS, comma-separated), by default
-http://127.0.0.1:8001, the admin listener of a router on this host. The admin listener
-stays on loopback, so for a router elsewhere forward it (`ssh -L 8001:127.0.0.1:8001
-router-01`) or run the command there. A router that does not answer is a note, and what
-only routers know prints as `?`.
+HTTP: `--router URL` (repeatable; or $LLMGW_ROUTERS, comma-separated); by default every
+host of the inventory's `llmgw_routers`, each through an SSH tunnel llmgw opens for the
+call and closes after it, as Ansible reaches that host (llmgw.views.tunnel: the admin
+listener stays on the router host's loopback); on a site without routers (or a recorded
+one), http://127.0.0.1:8001, a router on this host. Routers are asked at once, each
+bounded in time. A router that does not answer is a note naming it, and what only it
+knows prints as `?`, never as idle.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rich.text import Text
 
 from llmgw.cli import hub_cmd, output
 from llmgw.cli.context import AppContext, pass_app
+from llmgw.cli.models_detail import MODEL_ARG, ModelsGroup, show_model
 from llmgw.errors import LlmgwError, RunnerError, StateError, UsageError
 from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
 
@@ -31,7 +34,7 @@ from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
 # that run them, so `llmgw --help` and every other command start without them.
 if TYPE_CHECKING:
     from llmgw.state import StateBackend
-    from llmgw.views import Runtime
+    from llmgw.views import Runtime, SiteData
 
 NEVER = "-"
 
@@ -44,18 +47,25 @@ BAR_STYLE = {"used": ("█", "cyan"), "free": ("░", "green"), "held_back": ("�
 def router_options(fn: F) -> F:
     fn = click.option("--no-router", is_flag=True, help="Do not ask any router (idle and in-flight print as ?).")(fn)
     fn = click.option("--router", "routers", multiple=True, metavar="URL",
-                      help="A router's admin API (repeatable; default $LLMGW_ROUTERS or "
-                           f"{DEFAULT_ADMIN}).")(fn)
+                      help="A router's admin API (repeatable; default $LLMGW_ROUTERS, else the inventory's "
+                           f"llmgw_routers through SSH tunnels, else {DEFAULT_ADMIN}).")(fn)
     return fn
 
 
-def get_runtime(routers: Sequence[str], no_router: bool) -> Runtime:
-    from llmgw.views.runtime import Runtime, fetch_runtime
+def get_runtime(data: SiteData, routers: Sequence[str], no_router: bool) -> Runtime:
+    from llmgw.views.runtime import Runtime, Target, fetch_runtime
+    from llmgw.views.tunnel import routes_for
 
     if no_router:
         return Runtime.unknown("routers not asked (--no-router)")
     urls = list(routers) or [u.strip() for u in os.environ.get("LLMGW_ROUTERS", "").split(",") if u.strip()]
-    return fetch_runtime(urls or [DEFAULT_ADMIN])
+    if urls:
+        return fetch_runtime(urls)
+    hosts = data.inventory.routers
+    if hosts and not data.site.config.recorded:  # a recorded site's hosts are not the operator's
+        targets: list[Target] = list(routes_for([hosts[n] for n in sorted(hosts)]))
+        return fetch_runtime(targets)
+    return fetch_runtime([DEFAULT_ADMIN])
 
 
 def _console() -> Console:
@@ -143,9 +153,13 @@ def status_text(view: dict[str, Any], con: Console) -> None:
         w = max(len(u["model"]) for u in view["unplaceable"])
         for u in view["unplaceable"]:
             con.print(Text(f"  {u['model'].ljust(w)}  {u['placed']}/{u['wanted']}  {u['reason']}"), overflow="fold")
+    _live_text(view, con)
     con.print()
     idle_after = duration(view["idle_after_seconds"])
-    if view["idle"] is None:
+    if view["idle"] is None and view["routers_not_known"] and view["routers"]:
+        con.print(Text.from_markup(f"[bold]Idle replicas[/] (no request for {idle_after}): not known, "
+                                   f"router {', '.join(view['routers_not_known'])} did not answer"))
+    elif view["idle"] is None:
         con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): not known, no router answered")
     elif not view["idle"]:
         con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): none")
@@ -157,7 +171,41 @@ def status_text(view: dict[str, Any], con: Console) -> None:
     _notes(con, view["notes"])
 
 
+LIVE_ROWS = 20  # replicas listed under "Live" in `llmgw status`; `llmgw replicas` lists them all
+
+
+def _live_text(view: dict[str, Any], con: Console) -> None:
+    """Each replica's in-flight requests and idle time, from the routers that answered."""
+    from llmgw.views.replicas import idle_text
+
+    live = view.get("live")
+    if live is None:
+        return
+    con.print()
+    routers = ", ".join(view["routers"]) + (f"; not known: {', '.join(view['routers_not_known'])}"
+                                            if view["routers_not_known"] else "")
+    con.print(Text.from_markup(f"[bold]Live[/] ({view['in_flight']}{'+' if view['routers_not_known'] else ''} "
+                               f"in flight; routers asked: ") + Text(routers + ")"), overflow="fold")
+    if not live:
+        con.print("  no replicas")
+        return
+    shown = sorted(live, key=lambda r: -(r["in_flight"] or 0))[:LIVE_ROWS]
+    partial = bool(view["routers_not_known"])
+    rows = [[r["id"], r["state"], f"{r['in_flight']}{'+' if partial else ''}", idle_text(r)] for r in shown]
+    for line in plain_table(["REPLICA", "STATE", "IN-FLIGHT", "IDLE"], rows):
+        con.print(Text(f"  {line}"), overflow="fold")
+    if len(live) > len(shown):
+        con.print(Text(f"  ... {len(live) - len(shown)} more (`llmgw replicas`)", style="dim"))
+
+
 # ------------------------------------------------------------------------------ replicas
+
+
+def in_flight_text(rec: dict[str, Any]) -> str:
+    """Requests in flight now; `?` when no router answered, `N+` when some did not."""
+    if rec["in_flight"] is None:
+        return "?"
+    return f"{rec['in_flight']}+" if rec.get("in_flight_partial") else str(rec["in_flight"])
 
 
 def replicas_text(view: dict[str, Any], con: Console) -> None:
@@ -171,10 +219,11 @@ def replicas_text(view: dict[str, Any], con: Console) -> None:
         _notes(con, view["notes"])
         return
     rows = [[r["id"], " ".join(s["text"] for s in r["shards"]), r["state"],
-             duration(r["age_seconds"]) if r["age_seconds"] is not None else NEVER, idle_text(r), r["endpoint"]]
+             duration(r["age_seconds"]) if r["age_seconds"] is not None else NEVER, idle_text(r),
+             in_flight_text(r), r["endpoint"]]
             for r in recs]
     under = [[d["text"] for d in r["downloads"]] for r in recs]
-    for line in plain_table(["REPLICA", "SHARDS", "STATE", "AGE", "IDLE", "ENDPOINT"], rows, under):
+    for line in plain_table(["REPLICA", "SHARDS", "STATE", "AGE", "IDLE", "IN-FLIGHT", "ENDPOINT"], rows, under):
         con.print(Text(line), overflow="fold")
     errs = [(r["id"], e) for r in recs for e in r["errors"]]
     if errs:
@@ -226,7 +275,7 @@ def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str
     from llmgw.views.status import status_view
 
     data = load_site_data(app.site)
-    view = status_view(data, get_runtime(routers, no_router), datetime.now(UTC), idle_after=idle_after)
+    view = status_view(data, get_runtime(data, routers, no_router), datetime.now(UTC), idle_after=idle_after)
     view["state"] = site_state_summary(app.site, _controller_runs)
     if as_json:
         output.print_json(view)
@@ -238,18 +287,25 @@ def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str
 
 # A group so `models search` and `models inspect` (llmgw.cli.hub_cmd) browse the Hub beside it;
 # `llmgw models` alone is the view.
-@click.group("models", invoke_without_command=True)
+@click.group("models", cls=ModelsGroup, invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @router_options
 @pass_app
 def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: bool) -> None:
-    """Every model: who answers it now, replicas ready of min, and what to do about it."""
+    """Every model: who answers it now, replicas ready of min, and what to do about it.
+
+    `llmgw models MODEL`: that model, with its stored `llmgw bench` and `llmgw check` results."""
     if click.get_current_context().invoked_subcommand is not None:
         return
     from llmgw.views import load_site_data
     from llmgw.views.models import models_view
 
-    view = models_view(load_site_data(app.site), get_runtime(routers, no_router))
+    data = load_site_data(app.site)
+    view = models_view(data, get_runtime(data, routers, no_router))
+    name = click.get_current_context().meta.get(MODEL_ARG)
+    if name is not None:  # one model, with its bench and check results (llmgw.cli.models_detail)
+        show_model(app, view, name, as_json)
+        return
     if as_json:
         output.print_json(view)
     else:
@@ -278,7 +334,7 @@ def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool,
             not any(r.model == model for r in data.state.replicas):
         raise UsageError(f"no model {model!r} in the catalog or the state",
                          hint="`llmgw models` lists them")
-    view = replicas_view(data, get_runtime(routers, no_router), datetime.now(UTC), model=model,
+    view = replicas_view(data, get_runtime(data, routers, no_router), datetime.now(UTC), model=model,
                          downloads=fetch_downloads(data) if downloads else None)
     if as_json:
         output.print_json(view)

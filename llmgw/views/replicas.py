@@ -70,7 +70,9 @@ def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
     model = data.catalog.models.get(r.model)
     name = r.cache_name or (cache_name(model.source) if model is not None else None)
     age = None if r.created_at is None else (now - r.created_at).total_seconds()
-    if not runtime.known:
+    in_flight = int(rt.get("in_flight") or 0) if rt else (0 if runtime.known else None)
+    if not runtime.known or (not runtime.complete and not in_flight):
+        # A router that did not answer may have sent it requests: not idle as far as we know.
         used: bool | None = None
         idle: float | None = None
     else:
@@ -96,7 +98,8 @@ def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
         "used": used,
         "idle_seconds": idle,
         "last_used": rt.get("last_used") if rt else None,
-        "in_flight": int(rt.get("in_flight") or 0) if rt else None,
+        "in_flight": in_flight,
+        "in_flight_partial": runtime.known and not runtime.complete,  # the answering routers' share only
         "health": rt.get("health") if rt else None,
         "errors": _errors(data, r, rt, runtime),
         "downloads": dl,
@@ -124,4 +127,7 @@ def replicas_view(data: SiteData, runtime: Runtime, now: datetime, *, model: str
     notes = list(runtime.problems)
     if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle times and in-flight counts are not known: no router answered")
+    elif runtime.known and not runtime.complete:
+        notes.append(f"idle times are not known while {', '.join(runtime.missing)} does not answer; "
+                     "in-flight counts are those of the routers that answered")
     return {"serial": data.state.serial, "model": wanted, "replicas": records, "notes": notes}

@@ -3,16 +3,22 @@
 The views take it as data in the shape of the admin API's `/api/v1/replicas`, so the
 dashboard (inside the router: the live table) and the CLI (over HTTP from the control
 host) hand the same thing in. With several routers, counts add up and the most recent
-use wins. `Runtime.unknown(...)` says why there is none: a view then prints `?`, never 0.
+use wins; while one of them does not answer (`missing`), idle times are not known (a
+replica may be busy through that router) and in-flight counts are the answering routers'
+share. `Runtime.unknown(...)` says why there is none: a view then prints `?`, never 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from llmgw.views import tunnel
+from llmgw.views.tunnel import AdminRoute
 
 
 @dataclass(frozen=True)
@@ -20,10 +26,16 @@ class Runtime:
     replicas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # id -> admin replica JSON
     routers: tuple[str, ...] = ()  # where it came from ("this router" inside the dashboard)
     problems: tuple[str, ...] = ()  # routers that did not answer, and why
+    missing: tuple[str, ...] = ()  # the routers that did not answer (their share is not known)
 
     @property
     def known(self) -> bool:
         return bool(self.routers)
+
+    @property
+    def complete(self) -> bool:
+        """Every router asked answered: only then is a replica nobody used here really idle."""
+        return self.known and not self.missing
 
     @classmethod
     def unknown(cls, *problems: str) -> Runtime:
@@ -31,7 +43,7 @@ class Runtime:
 
     @classmethod
     def from_replicas(cls, sources: Sequence[tuple[str, Iterable[Mapping[str, Any]]]],
-                      problems: Iterable[str] = ()) -> Runtime:
+                      problems: Iterable[str] = (), missing: Iterable[str] = ()) -> Runtime:
         """Merge each router's replica list: (router name, replicas as the admin API gives them)."""
         merged: dict[str, dict[str, Any]] = {}
         for _name, replicas in sources:
@@ -51,32 +63,62 @@ class Runtime:
                     have["health"] = r.get("health")
                 if r.get("last_error") and not have.get("last_error"):
                     have["last_error"] = r["last_error"]
-        return cls(replicas=merged, routers=tuple(name for name, _ in sources), problems=tuple(problems))
+        return cls(replicas=merged, routers=tuple(name for name, _ in sources), problems=tuple(problems),
+                   missing=tuple(missing))
 
     def replica(self, replica_id: str) -> Mapping[str, Any] | None:
         return self.replicas.get(replica_id)
 
 
-def fetch_runtime(urls: Sequence[str], *, timeout: float = 2.0) -> Runtime:
-    """Ask each router's admin listener (`http://127.0.0.1:8001` when it runs on this host).
+Target = str | AdminRoute | tuple[str, str]
+"""A router to ask: an admin API URL, a route through SSH (llmgw.views.tunnel), or (router, why it cannot be asked)."""
 
-    A router that does not answer is a problem line, not an error: the views still show
-    everything the site's files know.
+
+def fetch_runtime(targets: Sequence[Target], *, timeout: float = 2.0, tunnel_timeout: float = 10.0) -> Runtime:
+    """Ask every router's admin API at once, each bounded in time (tunnel + request).
+
+    A router that does not answer is a problem line and a name in `missing`, not an
+    error: the views still show everything the site's files know, and what that router
+    alone knows (its in-flight requests, its last use) shows as not known.
     """
-    sources: list[tuple[str, list[Mapping[str, Any]]]] = []
-    problems: list[str] = []
-    for url in urls:
-        base = url.rstrip("/")
-        try:
-            resp = httpx.get(f"{base}/api/v1/replicas", timeout=timeout)
-            resp.raise_for_status()
-            body = resp.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            problems.append(f"router admin API at {base} did not answer ({type(exc).__name__}: {exc})")
-            continue
-        replicas = body.get("replicas") if isinstance(body, dict) else None
-        if not isinstance(replicas, list):
-            problems.append(f"router admin API at {base} answered without a replica list")
-            continue
-        sources.append((base, [r for r in replicas if isinstance(r, dict)]))
-    return Runtime.from_replicas(sources, problems)
+    if not targets:
+        return Runtime.unknown("no router to ask")
+    with ThreadPoolExecutor(max_workers=min(len(targets), 32), thread_name_prefix="llmgw-router-ask") as pool:
+        answers = list(pool.map(lambda t: _ask(t, timeout, tunnel_timeout), targets))
+    sources = [(name, reps) for name, reps, _ in answers if reps is not None]
+    problems = [why for _, reps, why in answers if reps is None and why]
+    return Runtime.from_replicas(sources, problems,
+                                 missing=[name for name, reps, _ in answers if reps is None])
+
+
+def _ask(target: Target, timeout: float,
+         tunnel_timeout: float) -> tuple[str, list[Mapping[str, Any]] | None, str | None]:
+    why: str | None
+    if isinstance(target, tuple):
+        name, cannot = target
+        return name, None, f"router {name} is not known: {cannot}"
+    if isinstance(target, str):
+        url = target.rstrip("/")
+        replicas, why = _get(url, timeout)
+        return url, replicas, None if why is None else f"router admin API at {url} did not answer ({why})"
+    try:
+        with tunnel.opened(target, timeout=tunnel_timeout) as base:
+            replicas, why = _get(base, timeout)
+    except tunnel.TunnelError as exc:
+        replicas, why = None, str(exc)
+    how = "through SSH" if target.ssh is not None else f"at {target.direct_url}"
+    return target.router, replicas, None if why is None else \
+        f"router {target.router} is not known: its admin API did not answer {how} ({why})"
+
+
+def _get(base: str, timeout: float) -> tuple[list[Mapping[str, Any]] | None, str | None]:
+    try:
+        resp = httpx.get(f"{base}/api/v1/replicas", timeout=timeout)
+        resp.raise_for_status()
+        body = resp.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    replicas = body.get("replicas") if isinstance(body, dict) else None
+    if not isinstance(replicas, list):
+        return None, "it answered without a replica list"
+    return [r for r in replicas if isinstance(r, dict)], None

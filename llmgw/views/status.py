@@ -8,7 +8,9 @@
   multi-node replica is placed in;
 - replica counts by state, model counts by status word, the models the plan cannot place;
 - idle replicas: those nobody has used for `idle_after` seconds (or ever, once that old),
-  known only when a router answered.
+  known only when every router answered;
+- per replica, in flight now and idle for how long (`live`), as the routers that answered
+  see it, and which routers did not answer.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
     nodes = data.inventory.nodes
     node_counts = {s: sum(1 for h in nodes.values() if h.node_state == s) for s in ("ready", "cordoned", "draining")}
     idle: list[dict[str, Any]] | None = None
-    if runtime.known:
+    if runtime.complete:  # with a router silent, a replica quiet here may be busy there
         idle = []
         for r in reps:
             quiet = r["idle_seconds"] if r["used"] else r["age_seconds"]
@@ -92,6 +94,10 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
     notes = list(data.notes) + list(runtime.problems)
     if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle replicas are not known: no router answered")
+    live = None
+    if runtime.known:  # what each replica is doing now, as the routers that answered see it
+        live = [{"id": r["id"], "model": r["model"], "state": r["state"], "in_flight": r["in_flight"],
+                 "used": r["used"], "idle_seconds": r["idle_seconds"], "health": r["health"]} for r in reps]
     return {
         "serial": data.state.serial,
         "capacity": caps,
@@ -109,5 +115,8 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "idle_after_seconds": idle_after,
         "idle": idle,
         "routers": list(runtime.routers),
+        "routers_not_known": list(runtime.missing),
+        "live": live,
+        "in_flight": sum(int(r["in_flight"] or 0) for r in reps) if runtime.known else None,
         "notes": notes,
     }

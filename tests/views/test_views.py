@@ -93,7 +93,8 @@ def test_model_status_words(data: SiteData) -> None:
     assert models["llama-3.1-405b"]["serving"] == "via llama-3.1-70b"  # its fallback answers
     assert models["qwen2.5-7b"]["serving"] == "on request"
     assert models["grok-1"]["hint"] == "llmgw explain grok-1"
-    assert models["llama-3.1-70b"]["scaling"] == {"min": 2, "max": 4, "idle_timeout": 3600}
+    scaling = models["llama-3.1-70b"]["scaling"]  # the catalog entry as written (and its defaults)
+    assert {k: scaling[k] for k in ("min", "max", "idle_timeout")} == {"min": 2, "max": 4, "idle_timeout": 3600}
 
 
 def test_models_without_a_state_are_stopped(tmp_path: Path) -> None:
@@ -143,6 +144,22 @@ def test_idle_replicas_need_a_router(data: SiteData) -> None:
     assert [(i["id"], i["used"]) for i in view["idle"]] == [("deepseek-v3-1", True), ("llama-3.1-70b-2", False)]
     models = {m["name"]: m for m in models_view(data, router_runtime(data))["models"]}
     assert models["llama-3.1-70b"]["in_flight"] == 3
+
+
+def test_a_router_not_answering_makes_idle_not_known_never_idle(data: SiteData) -> None:
+    full = router_runtime(data)
+    partial = Runtime.from_replicas([("r1", [dict(r) for r in full.replicas.values()])],
+                                    ["router r2 is not known: ..."], missing=["r2"])
+    view = status_view(data, partial, NOW, idle_after=3600)
+    assert view["idle"] is None and view["routers_not_known"] == ["r2"]
+    live = {r["id"]: r for r in view["live"]}
+    assert live["deepseek-v3-1"]["idle_seconds"] is None and live["deepseek-v3-1"]["used"] is None
+    assert live["llama-3.1-70b-1"]["in_flight"] == 3  # busy is busy, whoever else is silent
+    recs = {r["id"]: r for r in replicas_view(data, partial, NOW)["replicas"]}
+    assert idle_text(recs["llama-3.1-70b-2"]) == "?" and recs["llama-3.1-70b-2"]["in_flight_partial"]
+    complete = status_view(data, full, NOW, idle_after=3600)
+    assert {r["id"]: r["in_flight"] for r in complete["live"]}["llama-3.1-70b-1"] == 3
+    assert complete["in_flight"] == 3 and complete["routers_not_known"] == []
 
 
 def test_units_gone_from_a_host_are_errors(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_replicas_text_json_and_model_filter(site: Path, monkeypatch: pytest.Mon
     r = run_cli("-C", str(site), "replicas", "--no-router")
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["REPLICA", "SHARDS", "STATE", "AGE", "IDLE", "ENDPOINT"]
+    assert lines[0].split() == ["REPLICA", "SHARDS", "STATE", "AGE", "IDLE", "IN-FLIGHT", "ENDPOINT"]
     deepseek = next(ln for ln in lines if ln.startswith("deepseek-v3-1 "))
     assert deepseek.split()[1:4] == ["gpu-node-01:0-7", "gpu-node-02:0-7", "ready"]
     assert deepseek.split()[5] == "?"  # no router asked: idle not known
