@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -60,10 +60,10 @@ while True:
 
 
 class Admin(BaseHTTPRequestHandler):
-    replicas: list[dict[str, Any]] = []
+    replicas: ClassVar[list[dict[str, Any]]] = []
     delay = 0.0
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server interface
+    def do_GET(self) -> None:
         time.sleep(self.delay)  # a slow router: what concurrency is measured against
         body = json.dumps({"replicas": self.replicas}).encode()
         self.send_response(200)
@@ -162,7 +162,8 @@ def test_one_router_down_is_not_known_never_idle_and_routers_are_asked_at_once(f
         for slow_b in serve(reps, delay=1.5):
             routes: list[AdminRoute | tuple[str, str]] = [
                 admin_route(host(n, ansible_ssh_executable=str(fake_ssh), ansible_host="127.0.0.1",
-                                 llmgw_router_admin_listen=f"127.0.0.1:{p}")) for n, p in (("a", slow_a), ("b", slow_b))]
+                                 llmgw_router_admin_listen=f"127.0.0.1:{p}"))
+                for n, p in (("a", slow_a), ("b", slow_b))]
             routes.append(admin_route(host("c", ansible_ssh_executable=str(fake_ssh), ansible_host="down.invalid")))
             routes.append(("d", "ansible_connection is 'winrm'"))
             t0 = time.monotonic()
