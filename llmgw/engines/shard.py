@@ -30,6 +30,7 @@ class Shard:
     nodes: int = 1
     leader: str = ""
     peers: tuple[str, ...] = ()  # address:port of every shard, in rank order
+    key_config: str = ""  # a file of options holding the API key, for engines that read one (SGLang)
 
     @property
     def multi_node(self) -> bool:
@@ -58,7 +59,8 @@ class Shard:
                    port=int(entry["port"]), gpus=tuple(int(g) for g in entry.get("gpus") or ()),
                    args=tuple(str(a) for a in entry.get("args") or ()), rank=int(entry.get("rank") or 0),
                    nodes=int(entry.get("nodes") or 1), leader=str(entry.get("leader") or ""),
-                   peers=tuple(str(p) for p in entry.get("peers") or ()))
+                   peers=tuple(str(p) for p in entry.get("peers") or ()),
+                   key_config=str(entry.get("key_config") or ""))
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class Layout:
 
     install_dir: str = "/opt/llmgw/engines"
     llamacpp_dir: str = "/opt/llmgw/engines/llamacpp"  # the folder named by the build's checksum
-    listen_address: str = "0.0.0.0"
+    listen_address: str = "127.0.0.1"  # the role binds the host's management address
     llamacpp_parallel: int = 2
 
     def venv_python(self, engine: str) -> str:

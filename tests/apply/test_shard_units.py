@@ -25,6 +25,8 @@ ROLE = HERE.parents[1] / "roles" / "llmgw_engine"
 VENV_BIN = Path(sys.executable).parent
 
 LEADER, WORKER = "10.0.0.1", "10.0.0.2"
+MGMT = "192.0.2.7"  # the rendering host's management address: every engine binds to it alone
+SG_KEY = "llmgw-engine-" + "s" * 40
 
 
 def shard(**kw: Any) -> dict[str, Any]:
@@ -65,7 +67,8 @@ def render(tmp: Path, shards: list[dict[str, Any]]) -> dict[str, str]:
            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
            "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
            "ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins")}
-    extra = json.dumps({"shards": shards, "out_dir": str(tmp)})
+    extra = json.dumps({"shards": shards, "out_dir": str(tmp), "llmgw_mgmt_address": MGMT,
+                        "llmgw_engine_api_keys": {"llmgw-sg-1-0": SG_KEY, "llmgw-tiny-9-0": SG_KEY}})
     done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(HERE / "render_units.yml"),
                            "-e", extra], capture_output=True, text=True, env=env, check=False, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -153,11 +156,33 @@ def test_llamacpp_single_node_and_rpc_workers(rendered: tuple[Path, dict[str, st
     lead = exec_start(units["llmgw-tiny-1-0"])
     assert after(lead, "--rpc") == f"{WORKER}:20001,10.0.0.3:20002"
     worker = exec_start(units["llmgw-tiny-1-1"])
-    assert worker == ["/opt/llmgw/engines/llamacpp/0123456789abcdef/rpc-server", "--host", "0.0.0.0",
+    assert worker == ["/opt/llmgw/engines/llamacpp/0123456789abcdef/rpc-server", "--host", MGMT,
                       "--port", "20001"]
     unit = units["llmgw-tiny-1-1"]
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "LimitMEMLOCK=infinity",
-                 "Restart=on-failure", "User=llmgw", "SyslogIdentifier=llmgw-tiny-1-1"):
+                 "Restart=on-failure", "User=llmgw", "SyslogIdentifier=llmgw-tiny-1-1", "LimitNOFILE=65536"):
         assert line in unit.splitlines()
     assert "CUDA_VISIBLE_DEVICES" not in env_of(unit)
     verify(tmp_path, "llmgw-tiny-1-0")
+
+
+def test_every_engine_binds_to_the_management_address_only(rendered: tuple[Path, dict[str, str]]) -> None:
+    _, units = rendered
+    for name, unit in units.items():
+        words = exec_start(unit)
+        assert after(words, "--host") == MGMT, name
+        assert "0.0.0.0" not in unit, name
+
+
+def test_sglang_reads_its_key_from_a_file_of_options_never_its_command_line(
+        rendered: tuple[Path, dict[str, str]]) -> None:
+    _, units = rendered
+    keyed = exec_start(units["llmgw-sg-1-0"])
+    assert after(keyed, "--config") == "/etc/llmgw/engine-keys/llmgw-sg-1-0.yaml"
+    assert "--api-key" not in keyed
+    assert "--config" not in exec_start(units["llmgw-sg-2-1"])  # no key given: none named
+    llama = units["llmgw-tiny-9-0"]  # llama.cpp reads its key from the environment file
+    assert "--config" not in exec_start(llama)
+    assert "EnvironmentFile=-/etc/llmgw/engine-keys/llmgw-tiny-9-0.env" in llama.splitlines()
+    for unit in units.values():
+        assert SG_KEY not in unit

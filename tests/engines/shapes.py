@@ -11,6 +11,12 @@ LAYOUT = Layout(install_dir="/opt/llmgw/engines", llamacpp_dir="/opt/llmgw/engin
                 listen_address="10.0.0.1", llamacpp_parallel=4)
 LEADER = "10.0.0.1"
 MODEL = "/var/cache/llmgw/0123abcd-tiny"
+# SGLang's serving shard (rank 0) reads its API key from this file of options (--config).
+KEY_CONFIG = "/etc/llmgw/engine-keys/llmgw-tiny-1-0.yaml"
+
+
+def _key(engine: str, rank: int) -> str:
+    return KEY_CONFIG if engine == "sglang" and rank == 0 else ""
 
 
 def _peers(n: int) -> tuple[str, ...]:
@@ -20,13 +26,14 @@ def _peers(n: int) -> tuple[str, ...]:
 def shards(engine: str, args: tuple[str, ...] = ()) -> dict[str, Shard]:
     """Name -> shard, for every shape of `engine`."""
     base = {"engine": engine, "model": "tiny", "model_path": MODEL, "args": args}
-    out = {"cpu": Shard(port=20000, **base), "one-gpu": Shard(port=20000, gpus=(0,), **base),
-           "tp4": Shard(port=20000, gpus=(0, 1, 2, 3), **base)}
+    key = _key(engine, 0)
+    out = {"cpu": Shard(port=20000, **base), "one-gpu": Shard(port=20000, gpus=(0,), key_config=key, **base),
+           "tp4": Shard(port=20000, gpus=(0, 1, 2, 3), key_config=key, **base)}
     for nodes in (2, 3):
         for rank in range(nodes):
             out[f"{nodes}-nodes-rank-{rank}"] = Shard(
                 port=20000 + rank, gpus=(0, 1, 2, 3) if engine != "llamacpp" else (), rank=rank, nodes=nodes,
-                leader=LEADER, peers=_peers(nodes), **base)
+                leader=LEADER, peers=_peers(nodes), key_config=_key(engine, rank), **base)
     return out
 
 
@@ -46,5 +53,6 @@ def profile_shards(engine: str, gpus: int, nodes: int, args: tuple[str, ...]) ->
     """Every rank of one catalog profile's replica, as apply would hand them to the role."""
     peers = _peers(nodes) if nodes > 1 else ()
     return [Shard(engine=engine, model="m", model_path=MODEL, port=20000 + rank, gpus=tuple(range(gpus)),
-                  args=args, rank=rank, nodes=nodes, leader=LEADER if nodes > 1 else "", peers=peers)
+                  args=args, rank=rank, nodes=nodes, leader=LEADER if nodes > 1 else "", peers=peers,
+                  key_config=_key(engine, rank))
             for rank in range(nodes)]

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from llmgw.engines import INIT_PORT_OFFSET, Layout, Shard, command, llamacpp, python_requirement, sglang, versions, vllm
-from tests.engines.shapes import LAYOUT, LEADER, MODEL, command_lines, shards
+from tests.engines.shapes import KEY_CONFIG, LAYOUT, LEADER, MODEL, command_lines, shards
 
 
 def after(words: list[str], flag: str) -> str:
@@ -63,6 +63,22 @@ def test_sglang_tp_counts_every_gpu_of_the_replica() -> None:
     assert after(lines["tp4"], "--tp") == "4"
     assert after(lines["2-nodes-rank-1"], "--tp") == "8"
     assert after(lines["2-nodes-rank-1"], "--dist-init-addr") == f"{LEADER}:30000"
+
+
+def test_sglang_names_its_key_file_only_on_the_serving_rank() -> None:
+    lines = command_lines("sglang")
+    for name in ("one-gpu", "tp4", "2-nodes-rank-0", "3-nodes-rank-0"):
+        assert after(lines[name], "--config") == KEY_CONFIG, name
+    for name in ("cpu", "2-nodes-rank-1", "3-nodes-rank-2"):  # no key given (workers never get one)
+        assert "--config" not in lines[name], name
+    assert "--api-key" not in [w for words in lines.values() for w in words]
+
+
+def test_every_engine_binds_the_layouts_address_only() -> None:
+    for engine in ("vllm", "sglang", "llamacpp"):
+        for name, words in command_lines(engine).items():
+            assert after(words, "--host") == LAYOUT.listen_address, f"{engine} {name}"
+    assert Layout().listen_address == "127.0.0.1"  # never every interface by default
 
 
 def test_catalog_args_come_last_and_whole() -> None:

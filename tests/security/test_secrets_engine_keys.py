@@ -146,11 +146,15 @@ def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Pa
     keys_dir = tmp_path / "engine-keys"
     shards = [{"unit": "llmgw-tiny-0-0", "replica": "tiny-0", "engine": "llamacpp", "port": 20000},
               {"unit": "llmgw-big-1-0", "replica": "big-1", "engine": "vllm", "port": 20001},
+              {"unit": "llmgw-sg-1-0", "replica": "sg-1", "engine": "sglang", "port": 20002},
               {"unit": "llmgw-old-1-0", "state": "absent"}]
     (keys_dir).mkdir(mode=0o700)
     (keys_dir / "llmgw-old-1-0.env").write_text("LLAMA_API_KEY=stale\n")
-    extra = {"llmgw_engine_keys_dir": str(keys_dir), "shards": shards,
-             "llmgw_engine_api_keys": {"llmgw-tiny-0-0": KEY, "llmgw-big-1-0": KEY.replace("k", "v")}}
+    (keys_dir / "llmgw-old-1-0.yaml").write_text('{"api_key": "stale"}\n')
+    # The engine's group (SGLang opens its key file itself): root's here, where no llmgw group need exist.
+    extra = {"llmgw_engine_keys_dir": str(keys_dir), "shards": shards, "llmgw_engine_group": "root",
+             "llmgw_engine_api_keys": {"llmgw-tiny-0-0": KEY, "llmgw-big-1-0": KEY.replace("k", "v"),
+                                       "llmgw-sg-1-0": KEY.replace("k", "s")}}
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "False",
            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False", "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
@@ -160,13 +164,19 @@ def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Pa
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     shown = output.split("PLAY [", 1)[-1]  # what the tasks showed (-vvv echoes the command line before it)
-    assert "k" * 40 not in shown and "v" * 40 not in shown
+    assert "k" * 40 not in shown and "v" * 40 not in shown and "s" * 40 not in shown
     llama, vllm = keys_dir / "llmgw-tiny-0-0.env", keys_dir / "llmgw-big-1-0.env"
     assert llama.read_text() == f"LLAMA_API_KEY={KEY}\n"
     assert vllm.read_text() == f"VLLM_API_KEY={KEY.replace('k', 'v')}\n"
     for f in (llama, vllm):
         assert stat.S_IMODE(f.stat().st_mode) == 0o600 and f.stat().st_uid == 0
-    assert not (keys_dir / "llmgw-old-1-0.env").exists()
+    assert not (keys_dir / "llmgw-old-1-0.env").exists() and not (keys_dir / "llmgw-old-1-0.yaml").exists()
+    # SGLang reads its key from a file of options (--config) it opens as the engine user.
+    sglang = keys_dir / "llmgw-sg-1-0.yaml"
+    assert json.loads(sglang.read_text()) == {"api_key": KEY.replace("k", "s")}
+    assert stat.S_IMODE(sglang.stat().st_mode) == 0o640 and sglang.stat().st_uid == 0
+    assert not (keys_dir / "llmgw-sg-1-0.env").exists()
+    assert stat.S_IMODE(keys_dir.stat().st_mode) == 0o750
 
 
 def test_the_optional_firewall_admits_only_the_given_sources(tmp_path: Path) -> None:
