@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from hashlib import blake2b
 from typing import Any, Protocol, TypeVar
 
@@ -55,27 +55,32 @@ def _point(data: bytes) -> int:
 class Ring:
     """The hash ring of one model's replicas (by id), built once per routing table."""
 
-    __slots__ = ("_owners", "_points")
+    __slots__ = ("_count", "_owners", "_points")
 
     def __init__(self, ids: Iterable[str], vnodes: int = VNODES) -> None:
         pairs = sorted((_point(f"{rid}#{v}".encode()), rid) for rid in ids for v in range(vnodes))
         self._points = [p for p, _ in pairs]
         self._owners = [rid for _, rid in pairs]
+        self._count = len(set(self._owners))
 
-    def order(self, key: int) -> list[str]:
-        """Replica ids clockwise from `key`, each once: the preference list for that key."""
+    def walk(self, key: int) -> Iterator[str]:
+        """Replica ids clockwise from `key`, each once: the preference order for that key.
+
+        Lazy: a request that takes its first choice reads one point of the ring."""
         n = len(self._points)
-        out: list[str] = []
-        if not n:
-            return out
         seen: set[str] = set()
-        start = bisect.bisect_left(self._points, key)
-        for i in range(n):
-            rid = self._owners[(start + i) % n]
+        i = bisect.bisect_left(self._points, key)
+        for _ in range(n):
+            rid = self._owners[i % n]
+            i += 1
             if rid not in seen:
                 seen.add(rid)
-                out.append(rid)
-        return out
+                yield rid
+                if len(seen) == self._count:
+                    return
+
+    def order(self, key: int) -> list[str]:
+        return list(self.walk(key))
 
 
 def bound(total_in_flight: int, replicas: int, factor: float = LOAD_FACTOR) -> int:
@@ -94,7 +99,7 @@ def pick_by_prefix(ring: Ring, key: int, candidates: Sequence[C], factor: float 
         return None
     by_id = {c.id: c for c in candidates}
     limit = bound(sum(c.in_flight for c in candidates), len(candidates), factor)
-    for rid in ring.order(key):
+    for rid in ring.walk(key):
         c = by_id.get(rid)
         if c is not None and c.in_flight + 1 <= limit:
             return c
