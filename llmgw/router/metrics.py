@@ -52,6 +52,9 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 # Inter-token latency: milliseconds on a GPU, tens of them on a CPU.
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
 UNKNOWN = "-"
+# The kinds of failed attempt proxy.py counts: shown as 0 for every replica before the first
+# one, so a rate() over them has a series to work on (Prometheus' advice: initialise).
+UPSTREAM_KINDS = ("connect", "status", "first_byte_timeout", "mid_response", "stale_connection")
 
 
 class Hist:
@@ -204,7 +207,11 @@ class RouterMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         for name, (doc, labels) in COUNTERS.items():
             c = CounterMetricFamily(f"llmgw_{name}", doc, labels=list(labels))
-            for key, n in sorted(self.counters[name].items()):
+            values = self.counters[name]
+            if name == "upstream_errors":
+                values = {**{(r.model, r.id, kind): 0 for r in self.table().replicas.values()
+                             for kind in UPSTREAM_KINDS}, **values}
+            for key, n in sorted(values.items()):
                 c.add_metric(list(key), n)
             yield c
         for name, (doc, labels, _buckets) in HISTOGRAMS.items():
