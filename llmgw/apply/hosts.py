@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import ansible_content
+from llmgw.apply.controller_token import router_token
 from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.wheelhouse import engine_wheelhouse, hub_wheelhouse
 from llmgw.engines import python_requirement
@@ -154,6 +155,9 @@ class Hosts:
                             "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
                             **({} if state_only else self.dashboard), "llmgw_wait_serial": serial,
                             "llmgw_router_engine_keys": self._router_keys(state_file),
+                            # What routers show the controller's demand API (apply/controller_token.py).
+                            "llmgw_router_controller_token": (router_token(self.engine_keys)
+                                                              if self.engine_keys is not None else ""),
                             "llmgw_wait_present": list(present),
                             "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
                            progress, capture=[WAIT_TASK])

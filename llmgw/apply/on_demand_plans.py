@@ -1,9 +1,9 @@
-"""Plans for on-demand models (scaling.min 0): one replica more, or one idle replica less.
+"""Plans for demand (llmgw.controller.demand): one replica more, or one replica less.
 
-The router's Activator (llmgw.router.activator) starts and stops such replicas with
-the same Applier as `llmgw apply`, so an activation is rolling, resumable and recorded
-step by step like any apply. These plans carry only the one change: the rest of the
-fleet is left to the operator's next apply.
+The controller starts a replica of a model (an activation of a `min: 0` model, or a scale
+up on load) and drains one (an idle stop, a scale down) with the same Applier as `llmgw
+apply`, so each is rolling, resumable and recorded step by step like any apply. These
+plans carry only the one change: the rest of the fleet is left to the next plan.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from llmgw.planner.inputs import PlanInputs
 from llmgw.state import ModelRecord, State
 
 
-def activation_plan(inputs: PlanInputs, model: str) -> Plan | None:
-    """A plan that creates one replica of `model` (name or alias); None when one already serves."""
+def activation_plan(inputs: PlanInputs, model: str, *, more: bool = False, code: str = "activate",
+                    reason: str = "") -> Plan | None:
+    """A plan that creates one replica of `model` (name or alias); None when one already serves,
+    unless `more` (a scale up: one more however many serve)."""
     m = inputs.catalog.resolve(model)
     if m is None:
         raise PlanError(f"{model} is not a model in the catalog")
     live = [r for r in inputs.state.replicas if r.model == m.name and r.state != "draining"]
-    if any(r.state == "ready" for r in live):
+    if not more and any(r.state == "ready" for r in live):
         return None
     if len(live) >= m.scaling.maximum:
         raise PlanError(f"{m.name} already runs {len(live)} replicas, its scaling.max")
@@ -37,18 +39,20 @@ def activation_plan(inputs: PlanInputs, model: str) -> Plan | None:
         raise PlanError(f"no node can take a replica of {m.name}", detail=reasons,
                         hint=f"run `llmgw explain {m.name}` on the control host")
     new = [r for r in full.desired.replicas if r.id == creates[0].replica]
+    if reason:
+        creates = [creates[0].model_copy(update={"code": code, "reason": reason})]
     return full.model_copy(update={"actions": creates, "summary": Summary(add=1), "unplaced": [], "notes": [],
                                    "desired": Desired(replicas=new, models=_models(inputs.state))})
 
 
-def deactivation_plan(state: State, replica_id: str) -> Plan | None:
+def deactivation_plan(state: State, replica_id: str, *, code: str = "idle",
+                      reason: str = "idle for its idle_timeout") -> Plan | None:
     """A plan that drains and destroys one replica; None when the state no longer has it."""
     r = state.replica(replica_id)
     if r is None:
         return None
     units = [UnitRef(node=s.node, unit=s.unit) for s in sorted(r.shards, key=lambda s: s.rank)]
-    action = Action(action="destroy", replica=r.id, model=r.model, code="idle", reason="idle for its idle_timeout",
-                    units=units)
+    action = Action(action="destroy", replica=r.id, model=r.model, code=code, reason=reason, units=units)
     return Plan(state_serial=state.serial, state_lineage=state.lineage, summary=Summary(destroy=1), actions=[action],
                 desired=Desired(replicas=[], models=_models(state)))
 

@@ -87,8 +87,16 @@ class Scaling(BaseModel):
     # An omitted max follows min: a catalog that says `min: 2` means exactly two.
     max: Annotated[Count | None, Field(ge=0, le=10_000)] = None
     idle_timeout: int = 1800
+    # Demand (llmgw.controller.demand, docs/demand.md): the in-flight requests per replica
+    # the controller scales between min and max to keep (none: no autoscaling on load);
+    # how long a request for a model with no ready replica is held while one starts; the
+    # quiet time after a scale action before the next one up, and before one down.
+    target_in_flight: Annotated[Count | None, Field(ge=1, le=100_000)] = None
+    activation_timeout: int = 300
+    up_cooldown: int = 30
+    down_cooldown: int = 300
 
-    @field_validator("idle_timeout", mode="before")
+    @field_validator("idle_timeout", "activation_timeout", "up_cooldown", "down_cooldown", mode="before")
     @classmethod
     def _duration(cls, v: object) -> int:
         return parse_duration(v)

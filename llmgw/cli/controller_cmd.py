@@ -30,9 +30,16 @@ def controller_group() -> None:
               help="Seconds drained replicas get to finish their requests.")
 @click.option("--listen", default="127.0.0.1:8095", show_default=True, metavar="ADDR",
               help="Admin API (status, runs, approval); keep it on loopback.")
+@click.option("--demand-listen", metavar="ADDR",
+              help="The routers' demand API (load reports, activation requests; a token apply gives the "
+                   "routers): an address the routers reach. Default: none (no demand-driven scaling).")
+@click.option("--demand-interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between looks at the routers' load (an activation request is acted on at once).")
+@click.option("--no-follow", is_flag=True,
+              help="Follow no git branch: use the site folder as it is (demand-driven scaling alone).")
 @pass_app
 def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: str, grace: float,
-            listen: str) -> None:
+            listen: str, demand_listen: str | None, demand_interval: float, no_follow: bool) -> None:
     """Run the controller in the foreground (the llmgw_controller role runs it under systemd).
 
     The site folder (-C) is a clone of the site's repository; the controller checks out each
@@ -44,12 +51,25 @@ def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: 
     from llmgw.router.server import parse_addr
 
     host, port = parse_addr(listen, default_host="127.0.0.1")
-    controller = Controller(app.site.root, branch=branch, remote=remote, policy=policy, grace=grace,
-                            say=lambda line: click.echo(line, err=True))
+    controller = Controller(app.site.root, branch=None if no_follow else branch, remote=remote, policy=policy,
+                            grace=grace, say=lambda line: click.echo(line, err=True))
     server = uvicorn.Server(uvicorn.Config(controller_app(controller), host=host, port=port, log_level="warning",
                                            access_log=False))
     api = threading.Thread(target=server.run, name="llmgw-controller-api", daemon=True)
     api.start()
+    servers = [(server, api)]
+    if demand_listen:
+        from llmgw.apply.controller_token import router_token_for
+        from llmgw.controller.api import demand_app
+
+        token = router_token_for(app.site.state_file)
+        d_host, d_port = parse_addr(demand_listen, default_host="127.0.0.1")
+        d_server = uvicorn.Server(uvicorn.Config(demand_app(controller, lambda: token), host=d_host, port=d_port,
+                                                 log_level="warning", access_log=False))
+        d_thread = threading.Thread(target=d_server.run, name="llmgw-controller-demand", daemon=True)
+        d_thread.start()
+        servers.append((d_server, d_thread))
+        click.echo(f"demand API for the routers on http://{d_host}:{d_port}", err=True)
     stop = threading.Event()
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -57,13 +77,15 @@ def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: 
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    click.echo(f"{controller.name}: following {remote}/{branch} every {interval:g} s, policy {policy}; "
-               f"admin API on http://{host}:{port}", err=True)
+    following = "no branch" if no_follow else f"{remote}/{branch} every {interval:g} s"
+    click.echo(f"{controller.name}: following {following}, policy {policy}; admin API on http://{host}:{port}",
+               err=True)
     try:
-        controller.serve_forever(interval, stop)
+        controller.serve_forever(interval, stop, demand_interval=demand_interval)
     finally:
-        server.should_exit = True
-        api.join(10)
+        for srv, thread in servers:
+            srv.should_exit = True
+            thread.join(10)
         controller.backend.close()
 
 

@@ -13,6 +13,11 @@ leader left `applying` as interrupted and plans that commit again (the state rec
 far the leader got, so the new plan finishes the job). A controller that loses its lease
 stops before its next write. With a local state file there is no election: run one
 controller per state.
+
+Demand (scaler.py, docs/demand.md): between ticks, every `demand_interval` seconds (at
+once when a router asks for a model), the leader decides from the routers' reports what to
+start, scale or drain, and applies it as a run of its own. With `branch=None` the
+controller follows no repository: the site folder is used as it is, for demand alone.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.apply import applier_for
 from llmgw.controller.runs import Run, RunStore, runs_for
+from llmgw.controller.scaler import Scaler
 from llmgw.errors import LlmgwError, PlanError
 from llmgw.planner import load_plan, make_plan
 from llmgw.planner.load import load_inputs
@@ -63,7 +70,7 @@ class Status:
 
 
 class Controller:
-    def __init__(self, site_dir: Path, *, branch: str = "main", remote: str = "origin", policy: str = "auto",
+    def __init__(self, site_dir: Path, *, branch: str | None = "main", remote: str = "origin", policy: str = "auto",
                  grace: float = 120.0, name: str | None = None,
                  backend: StateBackend | None = None, say: Callable[[str], None] | None = None) -> None:
         if policy not in POLICIES:
@@ -80,6 +87,7 @@ class Controller:
         self.status = Status()
         self._leadership = contextlib.ExitStack()
         self._mutex = threading.Lock()  # one tick at a time (the loop, and an API approval)
+        self.scaler = Scaler(runs=self.runs, backend=self.backend, name=self.name, grace=grace, say=self.say)
 
     # -- leadership -----------------------------------------------------------------------
 
@@ -122,6 +130,8 @@ class Controller:
             try:
                 if not self._lead():
                     return
+                if self.branch is None:
+                    return
                 head = self._fetch()
                 if self.status.last_commit is None:
                     newest = next(iter(self.runs.all()), None)
@@ -137,7 +147,21 @@ class Controller:
                 self.status.error = exc.message
                 self.say(f"error: {exc.message}")
 
+    def demand_tick(self) -> None:
+        """Act on the routers' reports and activation requests (scaler.py), while leading."""
+        with self._mutex:
+            try:
+                if not self._lead():
+                    return
+                if self.branch is not None and self.status.last_commit is None:
+                    return  # nothing checked out yet: the next tick plans the branch first
+                self.scaler.tick(Site.load(self.site_dir), self.status.last_commit or "")
+            except LlmgwError as exc:
+                self.status.error = exc.message
+                self.say(f"demand: {exc.message}")
+
     def _fetch(self) -> str:
+        assert self.branch is not None
         _git(self.site_dir, "fetch", "--quiet", self.remote, self.branch)
         return _git(self.site_dir, "rev-parse", "FETCH_HEAD")
 
@@ -199,8 +223,17 @@ class Controller:
     def approve(self, run_id: int, by: str) -> Run:
         return self.runs.approve(run_id, by)
 
-    def serve_forever(self, interval: float, stop: threading.Event) -> None:
+    def serve_forever(self, interval: float, stop: threading.Event, demand_interval: float = 2.0) -> None:
+        """Tick every `interval` seconds and look at demand every `demand_interval` (at once when
+        a router asks for a model), until `stop` is set."""
+        next_tick = 0.0
         while not stop.is_set():
-            self.tick()
-            stop.wait(interval)
+            if time.monotonic() >= next_tick:
+                self.tick()
+                next_tick = time.monotonic() + interval
+            self.scaler.wake.clear()
+            self.demand_tick()
+            self.scaler.wake.wait(min(demand_interval, max(0.0, next_tick - time.monotonic())))
+            if stop.is_set():
+                break
         self.stop()

@@ -34,7 +34,8 @@ ReasonCode = Literal[
     "scaling_max",          # destroy: more than scaling.max replicas
     "no_replacement",       # destroy: replacing it was needed, nothing can take it, nothing runs there
     "stray",                # destroy: units the state never recorded (drift)
-    "idle",                 # destroy: an on-demand replica idle for its idle_timeout (the router)
+    "idle",                 # destroy: an on-demand replica idle for its idle_timeout on every router
+    "demand",               # create/destroy: the controller starts or drains one on load (controller/demand.py)
     "model_new",            # update: new in the catalog
     "model_changed",        # update: aliases, fallbacks or scaling changed
     "model_gone",           # update: no longer in the catalog

@@ -1,78 +1,85 @@
-"""The real Activator: on-demand replicas started and stopped by apply's own machinery.
+"""The router as a client of the controller's demand API (llmgw.controller.api.demand_app).
 
-`llmgw -C SITE router serve --activator llmgw.router.activator:factory` gives the
-router a way to start a min-0 model on its first request: the activator plans one
-replica more (llmgw.apply.on_demand_plans), carries it out with the Applier (weights, units,
-health, `ready` recorded and delivered to every router), and stops an idle one the
-same way (drained first). It needs what apply needs: the site (catalog, inventory,
-facts) and the state file the router serves, so it runs beside the site, on the
-control host or a bastion; routers elsewhere get the state delivered as usual.
-
-Ansible runs in a worker thread; the exclusive state lock makes an activation and an
-operator's apply take turns (whichever comes second is refused, and the router
-answers 503 with that reason, to be retried).
+`llmgw router serve --activator llmgw.router.activator:factory` with $LLMGW_CONTROLLER_URL
+set (role llmgw_router does both when `llmgw_router_controller_url` is set) gives the
+router a `ControllerClient`: it asks the controller to start a model's replica and reports
+its load; the controller plans and applies (the router holds no SSH key and never writes
+the state). The token, which apply hands every router (llmgw.apply.controller_token) as
+`controller.token` beside the state file, is read at each call, so a new one is used
+without a restart, and never appears on a command line or in a log. $LLMGW_ROUTER_NAME
+names the router as the inventory does (the controller counts reports per inventory router).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
-from llmgw.apply.on_demand_plans import activation_plan, deactivation_plan
-from llmgw.apply.wiring import applier_for
-from llmgw.errors import SiteError
-from llmgw.planner.load import load_inputs
-from llmgw.site import Site
-from llmgw.state import WriteMeta, backend_for
+import aiohttp
 
-log = logging.getLogger("llmgw.router.activator")
+from llmgw.errors import UsageError
+from llmgw.router.ondemand import Answer
 
+TOKEN_FILE = "controller.token"
 
-class ApplyActivator:
-    """Starts a replica of an on-demand model, or stops an idle one, through the Applier."""
-
-    def __init__(self, site: Site, *, grace: float = 30.0) -> None:
-        self.site = site
-        self.grace = grace
-        self._lock = asyncio.Lock()  # one Ansible run at a time from this router
-
-    def _say(self, line: str) -> None:
-        log.info("%s", line)
-
-    def _activate(self, model: str) -> None:
-        # The site's state lock (a file's flock, or PostgreSQL's lease): activations and
-        # operators' applies take turns, whichever backend holds the state.
-        with backend_for(self.site) as backend, backend.lock("activate"):
-            plan = activation_plan(load_inputs(self.site), model)
-            if plan is None:
-                return
-            applier_for(self.site, plan, grace=self.grace, say=self._say, engines_playbook="activate.yml",
-                        backend=backend, meta=WriteMeta("activate")).run()
-
-    def _deactivate(self, replica_id: str) -> None:
-        with backend_for(self.site) as backend, backend.lock("deactivate"):
-            plan = deactivation_plan(backend.read(), replica_id)
-            if plan is None:
-                return
-            applier_for(self.site, plan, grace=self.grace, say=self._say, engines_playbook="activate.yml",
-                        backend=backend, meta=WriteMeta("deactivate")).run()
-
-    async def activate(self, model: str) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._activate, model)
-
-    async def deactivate(self, replica_id: str) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._deactivate, replica_id)
+TIMEOUT = aiohttp.ClientTimeout(total=10, sock_connect=5)
 
 
-def factory(*, state_path: Path, site: Any) -> ApplyActivator:
-    """For `--activator llmgw.router.activator:factory`: the router must serve the site's own state."""
-    if not isinstance(site, Site):
-        raise SiteError("the on-demand activator needs a site: run `llmgw -C SITE router serve ...`")
-    if state_path.resolve() != site.state_file.resolve():
-        raise SiteError(f"the router serves {state_path}, but the site's state is {site.state_file}",
-                        hint="drop --state so the router serves the site's state, which the activator writes")
-    return ApplyActivator(site)
+class ControllerError(Exception):
+    pass
+
+
+class ControllerClient:
+    def __init__(self, url: str, token_file: Path, name: str, session: aiohttp.ClientSession | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.token_file = token_file
+        self.name = name
+        self._session = session  # made on first use, in the process and loop that use it
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        try:
+            token = self.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ControllerError(f"cannot read the controller token {self.token_file}: {exc.strerror}") from None
+        return {"Authorization": f"Bearer {token}"}
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with self.session.post(self.url + path, json=body, headers=self._headers(), timeout=TIMEOUT) as resp:
+            if resp.status != 200:
+                text = (await resp.text())[:300]
+                raise ControllerError(f"the controller answered {resp.status}: {text}")
+            data = await resp.json(content_type=None)
+        if not isinstance(data, dict):
+            raise ControllerError("the controller's answer is not a JSON object")
+        return data
+
+    async def ask(self, model: str) -> Answer:
+        data = await self._post("/api/v1/demand/activate", {"model": model})
+        status = data.get("status")
+        if status not in ("pending", "starting", "ready", "failed"):
+            raise ControllerError(f"the controller's answer has no known status: {status!r}")
+        hold = data.get("hold_s")
+        return Answer(str(status), str(data.get("reason") or "")[:500],
+                      float(hold) if isinstance(hold, int | float) and not isinstance(hold, bool) and hold > 0
+                      else None)
+
+    async def report(self, report: dict[str, Any]) -> None:
+        await self._post("/api/v1/demand/report", report)
+
+
+def factory(*, state_path: Path, site: Any = None) -> ControllerClient:
+    """For `--activator llmgw.router.activator:factory`: the controller named by $LLMGW_CONTROLLER_URL."""
+    url = os.environ.get("LLMGW_CONTROLLER_URL", "").strip()
+    if not url.startswith(("http://", "https://")):
+        raise UsageError("the controller client needs $LLMGW_CONTROLLER_URL (http://HOST:PORT of the controller's "
+                         f"demand API), not {url!r}", hint="set llmgw_router_controller_url for the routers")
+    name = os.environ.get("LLMGW_ROUTER_NAME", "").strip() or socket.gethostname()
+    return ControllerClient(url, state_path.with_name(TOKEN_FILE), name)

@@ -91,7 +91,7 @@ class Router:
         await self.usage_sync.sync()
         for name, coro in (("state", self.watcher.run()), ("health", self.health.run()),
                            ("keys", self.keys.run()), ("usage", self.usage_sync.run()),
-                           ("idle", self.ondemand.run_idle()), ("watchdog", self.proxy.watchdog())):
+                           ("idle", self.ondemand.run_reports()), ("watchdog", self.proxy.watchdog())):
             self._tasks.append(asyncio.create_task(coro, name=f"llmgw-router-{name}"))
 
     async def stop(self) -> None:

@@ -1,17 +1,21 @@
-"""On-demand models (scaling.min 0): start a replica when a request needs one, stop it when idle.
+"""Demand, the router's side: ask the controller for replicas, report load to it.
 
-The router does not know how replicas are started; it takes an `Activator` from
-outside. The real one runs apply's activation playbook through the runner wrapper
-(it lives with apply); tests hand in their own. Without one (`None`), a request for
-an on-demand model that has no replica running is answered 503 with a message that
-says so.
+The router never starts or stops a replica and never writes the state: the controller
+does (llmgw.controller, docs/demand.md). The router takes a `DemandClient` from outside
+(activator.py's ControllerClient speaks the controller's demand API; tests hand in their
+own); without one, a request for a model with no replica running is answered 503 saying so.
 
-The contract: `activate(model)` returns once it has started a replica of `model` and
-recorded it `ready` in the state file (or raises); the router then waits — bounded by
-`activation_timeout` — until its reloaded state shows a routable replica, holding the
-request meanwhile. Concurrent requests for the same model share one activation.
-`deactivate(replica_id)` stops a replica and removes it from the state; the router calls
-it once the model has had no request for its `idle_timeout` (0 = never stop).
+- A request for a model with no routable replica asks the controller to start one (one
+  ask per model at a time, however many requests wait: the controller makes one
+  activation of many asks) and is held until the router's state shows a routable replica,
+  for at most the model's `activation_timeout` (the controller's answer says it), then
+  routed, or answered 503 with Retry-After and the controller's reason. A streaming
+  request gets its response started and SSE comments (`: ...`) while it waits, so clients
+  and proxies in front do not time out; a failure then arrives as an SSE error event.
+- Every `report_interval` seconds the router reports its load: per replica, requests in
+  flight and seconds since its last request; per model, requests held and seconds since
+  the last request. The controller decides idle stops and scaling from every router's
+  reports together.
 """
 
 from __future__ import annotations
@@ -19,40 +23,104 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from llmgw.router.asgi import Message, Send
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.settings import RouterSettings
-from llmgw.router.table import ModelEntry, RoutingTable
+from llmgw.router.table import RoutingTable
 
 log = logging.getLogger("llmgw.router")
 
+ASK_EVERY = 1.0  # seconds between asks while a request is held (a failure is learnt this soon)
 
-class Activator(Protocol):
-    """Starts and stops on-demand replicas for the router."""
 
-    async def activate(self, model: str) -> None:
-        """Start a replica of `model`; return once the state file records it `ready`."""
+@dataclass(frozen=True)
+class Answer:
+    """The controller's answer to an ask: pending | starting | ready | failed."""
 
-    async def deactivate(self, replica_id: str) -> None:
-        """Stop the replica and remove it from the state file."""
+    status: str
+    reason: str = ""
+    hold_s: float | None = None
+
+
+class DemandClient(Protocol):
+    name: str  # this router as the inventory names it
+
+    async def ask(self, model: str) -> Answer:
+        """Ask for a replica of `model` to be started (idempotent)."""
+
+    async def report(self, report: dict[str, Any]) -> None:
+        """Hand the controller this router process's load."""
+
+
+Activator = DemandClient  # what `--activator MODULE:FACTORY` makes (router/plugins.py)
+
+
+class HeldStream:
+    """A streaming response started while its request is held: SSE comments until routed.
+
+    Whatever is sent afterwards goes through it: a 200 streams on as is; an error response
+    (a status above 299) becomes one SSE `data:` event carrying its JSON body."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+        self.status: int | None = None
+        self.body = b""
+
+    async def start(self, comment: str) -> None:
+        self.started = True
+        await self.send({"type": "http.response.start", "status": 200,
+                         "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+                                     (b"x-accel-buffering", b"no")]})
+        await self.comment(comment)
+
+    async def comment(self, text: str) -> None:
+        await self.send({"type": "http.response.body", "body": f": {text}\n\n".encode(), "more_body": True})
+
+    async def __call__(self, message: Message) -> None:
+        if not self.started:
+            await self.send(message)
+            return
+        if message["type"] == "http.response.start":
+            self.status = int(message["status"])
+            return
+        if message["type"] != "http.response.body" or self.status is None or self.status < 300:
+            await self.send(message)
+            return
+        self.body += message.get("body", b"")
+        if not message.get("more_body", False):
+            await self.send({"type": "http.response.body", "body": b"data: " + self.body.strip() + b"\n\n",
+                             "more_body": False})
 
 
 class OnDemand:
-    def __init__(self, activator: Activator | None, settings: RouterSettings,
+    def __init__(self, client: DemandClient | None, settings: RouterSettings,
                  table: Callable[[], RoutingTable], changed: Callable[[], asyncio.Event],
-                 poke_state: Callable[[], None]) -> None:
-        self.activator = activator
+                 poke_state: Callable[[], None], *, report_interval: float = 2.0,
+                 keepalive_interval: float = 5.0) -> None:
+        self.activator = client
         self.settings = settings
         self.table = table
         self.changed = changed
         self.poke_state = poke_state
-        self.activating: dict[str, asyncio.Task[None]] = {}
-        self.deactivating: set[str] = set()
+        self.report_interval = report_interval
+        self.keepalive_interval = keepalive_interval
+        self.asking: dict[str, asyncio.Task[Answer]] = {}  # model -> the ask in flight
+        self.answers: dict[str, Answer] = {}  # model -> the controller's last answer
+        self.waiting: dict[str, int] = {}  # model -> requests held now
         self.last_request: dict[str, float] = {}  # model -> monotonic time of the last request
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.report_error: str | None = None
+
+    @property
+    def activating(self) -> set[str]:
+        """Models this router holds requests for (the admin API shows them)."""
+        return {m for m, n in self.waiting.items() if n > 0}
 
     def touch(self, model: str) -> None:
         self.last_request[model] = time.monotonic()
@@ -61,94 +129,101 @@ class OnDemand:
         return RouterError(503, message, code="model_not_running",
                            headers={"Retry-After": str(self.settings.retry_after)})
 
-    async def ensure(self, model: str) -> None:
-        """Hold until `model` has a routable replica, starting one if needed."""
+    async def _ask(self, model: str) -> Answer:
+        """One ask at a time per model, shared by every request held for it."""
+        task = self.asking.get(model)
+        if task is None or task.done():
+            assert self.activator is not None
+            task = asyncio.create_task(self.activator.ask(model), name=f"ask for {model}")
+            self.asking[model] = task
+        try:
+            answer = await asyncio.shield(task)
+        except Exception as exc:  # the controller unreachable: say so, keep holding until the bound
+            answer = Answer("pending", f"the controller did not answer: {exc}")
+        self.answers[model] = answer
+        return answer
+
+    async def ensure(self, model: str, held: HeldStream | None = None) -> None:
+        """Hold until `model` has a routable replica, asking the controller to start one.
+
+        `held`: the request streams; its response is started (SSE comments) while it waits."""
         if self.activator is None:
             raise self._unavailable(
                 f"model {model!r} is started on demand and has no replica running, and this router "
-                "has no activator to start one: scale it up (min >= 1) and apply, or run the router "
-                "with on-demand activation")
+                "has no controller to ask for one: scale it up (min >= 1) and apply, or give the router "
+                "the controller's demand API (llmgw_router_controller_url)")
         self.touch(model)
-        task = self.activating.get(model)
-        if task is None:
-            task = asyncio.create_task(self._activate(model), name=f"activate {model}")
-            self.activating[model] = task
-        deadline = time.monotonic() + self.settings.activation_timeout
+        self.waiting[model] = self.waiting.get(model, 0) + 1
+        try:
+            await self._hold(model, held)
+        finally:
+            self.waiting[model] -= 1
+
+    async def _hold(self, model: str, held: HeldStream | None) -> None:
+        started = time.monotonic()
+        bound = float(self.settings.activation_timeout)
+        next_ask = started
+        # A quick refusal (nothing can place it) is a 503 before any stream starts.
+        next_comment = started + min(2.0, self.keepalive_interval)
         while True:
-            entry = self.table().models.get(model)
             now = time.monotonic()
+            entry = self.table().models.get(model)
             if entry is not None and entry.routable(now):
                 return
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise self._unavailable(f"could not start model {model!r}: {task.exception()}")
-            if now >= deadline:
-                raise self._unavailable(f"model {model!r} did not become ready within "
-                                        f"{self.settings.activation_timeout:g} s of being started")
+            if now >= next_ask:
+                answer = await self._ask(model)
+                next_ask = time.monotonic() + ASK_EVERY
+                if answer.hold_s is not None:
+                    bound = answer.hold_s
+                if answer.status == "failed":
+                    raise self._unavailable(f"could not start model {model!r}: {answer.reason}")
+                if answer.status == "ready":
+                    self.poke_state()  # the controller's apply delivered it: look at once
+            now = time.monotonic()
+            if now - started >= bound:
+                why = self.answers.get(model)
+                raise self._unavailable(f"model {model!r} did not become ready within {bound:g} s of being "
+                                        "asked for" + (f" ({why.status}: {why.reason})" if why and why.reason else ""))
+            if held is not None and now >= next_comment:
+                text = f"waiting for a replica of {model} to start ({now - started:.0f} s)"
+                await (held.comment(text) if held.started else held.start(text))
+                next_comment = now + self.keepalive_interval
             event = self.changed()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), min(0.5, deadline - now))
+                await asyncio.wait_for(event.wait(), max(0.05, min(0.5, next_ask - now, started + bound - now)))
 
-    async def _activate(self, model: str) -> None:
-        log.info("starting on-demand model %s", model)
-        try:
-            assert self.activator is not None
-            await self.activator.activate(model)
-            self.poke_state()
-        except Exception as exc:
-            log.error("starting on-demand model %s failed: %s", model, exc)
-            raise
-        finally:
-            # Keep a failed activation visible to its waiters for a moment, then allow a retry.
-            asyncio.get_running_loop().call_later(1.0, self._forget, model)
+    # -- reports ----------------------------------------------------------------------------
 
-    def _forget(self, model: str) -> None:
-        task = self.activating.get(model)
-        if task is not None and task.done():
-            del self.activating[model]
-            if not task.cancelled():
-                task.exception()  # mark retrieved
-
-    async def run_idle(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.idle_check_interval)
-            self.stop_idle()
-
-    def idle_replicas(self, entry: ModelEntry, now: float) -> list[str]:
-        """Replica ids of an on-demand model that has been idle for its idle_timeout."""
-        idle = entry.record.scaling.idle_timeout
-        if not entry.on_demand or idle <= 0 or not entry.replicas or entry.name in self.activating:
-            return []
-        if any(r.in_flight for r in entry.replicas):
-            return []
-        last = max([self.last_request.get(entry.name, 0.0)] + [r.last_active for r in entry.replicas])
-        if now - last < idle:
-            return []
-        return [r.id for r in entry.replicas if r.id not in self.deactivating]
-
-    def stop_idle(self) -> None:
-        if self.activator is None:
-            return
+    def report(self) -> dict[str, Any]:
+        """This process's load, as the controller's demand API takes it (controller/demand.py)."""
         now = time.monotonic()
         table = self.table()
-        self.deactivating &= set(table.replicas)
-        for entry in table.models.values():
-            for rid in self.idle_replicas(entry, now):
-                self.deactivating.add(rid)
-                t = asyncio.create_task(self._deactivate(entry.name, rid), name=f"deactivate {rid}")
-                self._tasks.add(t)
-                t.add_done_callback(self._tasks.discard)
+        assert self.activator is not None
+        return {"router": self.activator.name, "process": str(os.getpid()), "serial": table.serial,
+                "replicas": {r.id: {"in_flight": max(0, r.in_flight), "idle_s": round(max(0.0, now - r.last_active), 3)}
+                             for r in table.replicas.values()},
+                "waiting": {m: n for m, n in self.waiting.items() if n > 0},
+                "model_idle_s": {m: round(max(0.0, now - t), 3) for m, t in self.last_request.items()}}
 
-    async def _deactivate(self, model: str, replica_id: str) -> None:
-        log.info("stopping idle on-demand replica %s of %s", replica_id, model)
-        try:
-            assert self.activator is not None
-            await self.activator.deactivate(replica_id)
-            self.poke_state()
-        except Exception as exc:
-            log.error("stopping replica %s failed (will retry): %s", replica_id, exc)
-            self.deactivating.discard(replica_id)
+    async def run_reports(self) -> None:
+        if self.activator is None:
+            return
+        while True:
+            try:
+                await self.activator.report(self.report())
+                if self.report_error is not None:
+                    log.info("reporting load to the controller again")
+                self.report_error = None
+            except Exception as exc:
+                if self.report_error is None:
+                    log.warning("cannot report load to the controller (%s); it counts this router as not known "
+                                "(no idle stops or scale downs) until it can", exc)
+                self.report_error = str(exc)
+            await asyncio.sleep(self.report_interval)
 
     async def close(self) -> None:
-        for t in [*self.activating.values(), *self._tasks]:
+        tasks = list(self.asking.values())
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self.activating.values(), *self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+

@@ -48,7 +48,7 @@ from llmgw.router.bodies import read_body
 from llmgw.router.calls import Call
 from llmgw.router.engine_keys import EngineKeys
 from llmgw.router.metrics import RouterMetrics
-from llmgw.router.ondemand import OnDemand
+from llmgw.router.ondemand import HeldStream, OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
 from llmgw.router.quotas import Quotas
 from llmgw.router.settings import RouterSettings
@@ -251,6 +251,8 @@ class Proxy:
                                   code="model_not_found", param="model")
             label = entry.name
             table = call.restrict(table, entry)
+            if req.get("stream") is True and any(e.on_demand for e in table.chain(entry)):
+                send = HeldStream(send)  # SSE comments while a replica starts (ondemand.py); else passes through
             reservation = await self.quotas.admit(principal, req, len(body), path)
             status = await self._route(table, entry, req, body, path, usage_capable, principal,
                                        send, started, flight)
@@ -307,7 +309,7 @@ class Proxy:
                     self.ondemand.touch(target.name)
                     if not target.routable(time.monotonic()):
                         try:
-                            await self.ondemand.ensure(target.name)
+                            await self.ondemand.ensure(target.name, send if isinstance(send, HeldStream) else None)
                         except RouterError as err:
                             refusal = refusal or err
                             continue

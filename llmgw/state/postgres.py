@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -264,6 +265,12 @@ class PostgresBackend(StateBackend):
                     "FROM llmgw_locks WHERE name = %s", (STATE_LOCK,))
         row = cur.fetchone()
         live = row is not None and row[5]
+        if self._held is not None and row is not None and not live and row[0] == self._held.id \
+                and STATE_LOCK not in self._lost:
+            # Lapsed (a stall) but taken by nobody since: still ours, extended with this write.
+            cur.execute("UPDATE llmgw_locks SET expires_at = now() + make_interval(secs => %s) WHERE name = %s "
+                        "AND lock_id = %s", (self.lease, STATE_LOCK, row[0]))
+            live = True
         if self._held is not None:
             if STATE_LOCK in self._lost or not live or row[0] != self._held.id:
                 raise StateError(f"this process lost its lock on the state at {self.where} (its lease ran out"
@@ -295,27 +302,46 @@ class PostgresBackend(StateBackend):
             row = cur.fetchone()
         return None if row is None else LockInfo(row[0], row[1], row[2], row[3], row[4])
 
-    def _renew(self, conn: Any, name: str, lock_id: str) -> datetime | None:
-        with conn.cursor() as cur:
-            cur.execute("UPDATE llmgw_locks SET expires_at = now() + make_interval(secs => %s) "
-                        "WHERE name = %s AND lock_id = %s AND expires_at > now() RETURNING expires_at",
-                        (self.lease, name, lock_id))
+    def _renew(self, conn: Any, name: str, lock_id: str) -> tuple[datetime | None, bool]:
+        """Extend the lease `lock_id` holds; (new end, whether it had lapsed), or (None, _) when
+        another holder took it or it was broken.
+
+        A lapsed lease that is still this holder's row was taken by nobody since (taking it
+        replaces the lock id, releasing it deletes the row), so extending it is safe: and
+        every write is a compare-and-set on the serial besides. This keeps a long apply's
+        lock through a stall of this process or its host longer than the renewal margin."""
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute("SELECT expires_at <= now() FROM llmgw_locks WHERE name = %s AND lock_id = %s FOR UPDATE",
+                        (name, lock_id))
             row = cur.fetchone()
-        return None if row is None else row[0]
+            if row is None:
+                return None, False
+            cur.execute("UPDATE llmgw_locks SET expires_at = now() + make_interval(secs => %s) "
+                        "WHERE name = %s AND lock_id = %s RETURNING expires_at", (self.lease, name, lock_id))
+            return cur.fetchone()[0], bool(row[0])
 
     def _heartbeat(self, name: str, info: LockInfo, stop: threading.Event) -> None:
-        """Renew the lease every third of it, on a connection of its own."""
+        """Renew the lease every sixth of it, on a connection of its own (a renewal may fail or
+        come late a few times before the lease runs out)."""
         import psycopg
 
         conn: Any = None
-        while not stop.wait(self.lease / 3):
+        every = self.lease / 6
+        last = time.monotonic()
+        while not stop.wait(every):
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect()
-                if self._renew(conn, name, info.id) is None:
-                    self._lost[name] = f"the lease on {name} ran out before it was renewed"
+                until, lapsed = self._renew(conn, name, info.id)
+                if until is None:
+                    self._lost[name] = f"the lease on {name} ran out and another holder took it"
                     log.error("lost the %s lock %s: %s", name, info.id, self._lost[name])
                     break
+                late = time.monotonic() - last - every
+                last = time.monotonic()
+                if lapsed or late > every:
+                    log.warning("the %s lease was renewed %.1f s late%s (this process or its host stalled)", name,
+                                late, "; it had run out, and nobody had taken it" if lapsed else "")
             except (psycopg.Error, StateError) as exc:
                 log.warning("could not renew the %s lease (%s); retrying", name, exc)
         if conn is not None:

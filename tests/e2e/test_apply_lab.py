@@ -10,7 +10,6 @@ recording exactly the units the hosts run.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -23,7 +22,6 @@ import pytest
 
 from llmgw.apply import hosts_for
 from llmgw.apply.hosts import TRACE_ENV
-from llmgw.router.activator import factory
 from llmgw.site import Site
 from tests.support.lab import REPO, VENV_BIN, Lab, lab
 
@@ -205,31 +203,3 @@ def test_kill_9_during_the_shard_step_then_plan_and_apply_converge(the_lab: Lab)
     the_lab.ok("apply", "--auto-approve")
     assert {n: us for n, us in the_lab.active_units().items() if us} == the_lab.recorded_units()
     assert {n: us for n, us in the_lab.shard_units().items() if us} == the_lab.recorded_units()
-
-
-def test_on_demand_activator_starts_and_stops_replicas(the_lab: Lab) -> None:
-    """The router's real Activator, driven as the router drives it, against the lab's hosts."""
-    the_lab.ok("scale", "tiny", "--min", "0", "--max", "2")
-    the_lab.ok("apply", "--auto-approve")  # the routers learn tiny is on demand; its replica stays
-    activator = factory(state_path=Site.load(the_lab.site).state_file, site=Site.load(the_lab.site))
-    for r in the_lab.state.replicas:
-        asyncio.run(activator.deactivate(r.id))
-    assert the_lab.state.replicas == []
-    assert all(not us for us in the_lab.shard_units().values())
-
-    asyncio.run(activator.activate("tiny-chat"))
-    state = the_lab.state
-    assert [r.state for r in state.replicas] == ["ready"]
-    assert [m.scaling.min for m in state.models] == [0]
-    assert {n: us for n, us in the_lab.active_units().items() if us} == the_lab.recorded_units()
-    asyncio.run(activator.activate("tiny"))  # one already serves: nothing to do
-    assert len(the_lab.state.replicas) == 1
-
-    key = hosts_for(Site.load(the_lab.site)).create_key("on-demand")["key"]
-    answer = client(the_lab, key).chat.completions.create(
-        model="tiny", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
-    assert answer.choices[0].message.content is not None
-
-    asyncio.run(activator.deactivate(state.replicas[0].id))
-    assert the_lab.state.replicas == []
-    assert all(not us for us in the_lab.active_units().values())

@@ -197,3 +197,34 @@ def test_package_exports_are_pinned(name: str) -> None:
     assert not missing, f"{name}.__all__ names what it does not have: {missing}"
     unlisted = offered - set(exported)
     assert not unlisted, f"{name} offers names not in __all__ (list them, or make them private): {sorted(unlisted)}"
+
+
+def reachable(roots: list[str], *, skip: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Every llmgw module `roots` import, directly or not (a package's __init__ counts), with one
+    import path to it; imports into packages named in `skip` are not followed."""
+    graph = {name: imports_of(name) for name in MODULES}
+    paths = {r: [r] for r in roots}
+    todo = list(roots)
+    while todo:
+        m = todo.pop()
+        parents = {".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)}
+        for n in sorted((graph.get(m, set()) | parents) & set(MODULES)):
+            if n not in paths and not n.startswith(skip):
+                paths[n] = [*paths[m], n]
+                todo.append(n)
+    return paths
+
+
+def test_the_router_depends_on_nothing_of_the_control_side() -> None:
+    """The router daemon (#16, #18): it asks the controller to start replicas and reports load to it;
+    it never plans, applies, runs Ansible or runs the controller. Its read-only dashboard (llmgw.web,
+    llmgw.views) explains placement with the planner's read side, so the planner is checked on the
+    router's own modules."""
+    router = [m for m in MODULES if m == "llmgw.router" or m.startswith("llmgw.router.")]
+    everything = reachable(router)
+    control = ("llmgw.apply", "llmgw.controller", "llmgw.runner", "llmgw.edits", "llmgw.facts.runner")
+    bad = {m: " -> ".join(p) for m, p in everything.items() if m.startswith(control)}
+    assert not bad, f"the router reaches the control side: {bad}"
+    own = reachable(router, skip=("llmgw.web", "llmgw.views"))
+    planner = {m: " -> ".join(p) for m, p in own.items() if m.startswith("llmgw.planner")}
+    assert not planner, f"the router reaches the planner: {planner}"

@@ -1,0 +1,268 @@
+"""Demand: what the routers report, and what the controller decides from it (pure functions).
+
+Routers report to the controller (docs/demand.md): every few seconds each router process
+POSTs, per replica, its requests in flight and the seconds since its last request, and per
+model the requests it holds waiting for a replica. The controller keeps the newest report
+of each (router, process) in a `Reports` book and decides, from all of them together:
+
+- **activate**: a model with no ready or starting replica that a router asked for, or
+  that has requests waiting;
+- **scale up**: a model whose load (in flight + waiting, summed over every router) is
+  above `target_in_flight` per replica, below `max`, outside its `up_cooldown`;
+- **scale down**: a model whose load has fitted into one replica fewer (at the target,
+  with a hysteresis margin) for its whole `down_cooldown`, above `min`: the least busy
+  replica is drained;
+- **stop idle**: a replica of a `min: 0` model on which no router has had a request for
+  `idle_timeout`.
+
+A router of the inventory with no fresh report is *not known*: while one is not known,
+nothing is scaled down or stopped (its traffic may be what keeps a replica busy).
+Everything here is a pure function of its arguments, with time passed in.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llmgw.errors import LlmgwError
+
+# A report older than this (seconds) does not count: its router is not known.
+STALE_AFTER = 15.0
+# Scale down only when the load fits `current - 1` replicas at this share of the target,
+# so a load just under the target does not flap between two counts.
+HYSTERESIS = 0.7
+
+Kind = Literal["activate", "scale-up", "scale-down", "stop-idle"]
+
+
+class ReportError(LlmgwError):
+    pass
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    in_flight: int = 0
+    # Seconds since this router last started or finished a request on the replica (or first
+    # saw it, when never used).
+    idle_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Report:
+    """One router process's view, as received (`at`: the controller's monotonic clock)."""
+
+    router: str
+    process: str
+    at: float
+    serial: int = 0
+    replicas: Mapping[str, ReplicaLoad] = field(default_factory=dict)
+    waiting: Mapping[str, int] = field(default_factory=dict)  # model -> requests held for a replica
+    model_idle_s: Mapping[str, float] = field(default_factory=dict)  # model -> seconds since its last request
+
+
+def _count(value: object, what: str, *, maximum: float = 10**9) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= maximum \
+            or math.isnan(value):
+        raise ReportError(f"{what} must be a number from 0 to {maximum:g}, not {value!r}")
+    return float(value)
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 200 or not value.isprintable():
+        raise ReportError(f"{what} must be a name of 1 to 200 printable characters")
+    return value
+
+
+def parse_report(data: Any, at: float) -> Report:
+    """A report from a router's JSON (hostile until checked)."""
+    if not isinstance(data, dict):
+        raise ReportError("a report is a JSON object")
+    replicas: dict[str, ReplicaLoad] = {}
+    raw_replicas = data.get("replicas", {})
+    if not isinstance(raw_replicas, dict) or len(raw_replicas) > 100_000:
+        raise ReportError("replicas must be an object of replica id -> {in_flight, idle_s}")
+    for rid, load in raw_replicas.items():
+        if not isinstance(load, dict):
+            raise ReportError(f"replicas.{_name(rid, 'a replica id')} must be an object")
+        replicas[_name(rid, "a replica id")] = ReplicaLoad(
+            in_flight=int(_count(load.get("in_flight", 0), f"replicas.{rid}.in_flight")),
+            idle_s=_count(load.get("idle_s", 0), f"replicas.{rid}.idle_s"))
+    waiting: dict[str, int] = {}
+    idle: dict[str, float] = {}
+    for key, out in (("waiting", waiting), ("model_idle_s", idle)):
+        raw = data.get(key, {})
+        if not isinstance(raw, dict) or len(raw) > 100_000:
+            raise ReportError(f"{key} must be an object of model -> number")
+        for model, n in raw.items():
+            value = _count(n, f"{key}.{model}")
+            out[_name(model, "a model name")] = int(value) if key == "waiting" else value  # type: ignore[assignment]
+    return Report(router=_name(data.get("router"), "router"), process=_name(str(data.get("process", "-")), "process"),
+                  at=at, serial=int(_count(data.get("serial", 0), "serial", maximum=2**62)), replicas=replicas,
+                  waiting=waiting, model_idle_s=idle)
+
+
+class Reports:
+    """The newest report of every router process (thread-safe: the API writes, the loop reads)."""
+
+    def __init__(self, stale_after: float = STALE_AFTER) -> None:
+        self.stale_after = stale_after
+        self._lock = threading.Lock()
+        self._by: dict[tuple[str, str], Report] = {}
+
+    def add(self, report: Report) -> None:
+        with self._lock:
+            self._by[(report.router, report.process)] = report
+
+    def fresh(self, now: float) -> list[Report]:
+        with self._lock:
+            for key in [k for k, r in self._by.items() if now - r.at > 4 * self.stale_after]:
+                del self._by[key]  # a process gone for good (restarted router, old worker)
+            return [r for r in self._by.values() if now - r.at <= self.stale_after]
+
+
+@dataclass(frozen=True)
+class ModelDemand:
+    """A model's scaling as the catalog says, and its replicas as the state records them."""
+
+    name: str
+    min: int
+    max: int
+    idle_timeout: float
+    target_in_flight: int | None
+    up_cooldown: float
+    down_cooldown: float
+    ready: tuple[str, ...] = ()  # replica ids
+    starting: tuple[str, ...] = ()
+    # Seconds since each ready replica was recorded (created), for "never used" replicas.
+    age_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What all routers report together: per replica and model, summed; `unknown` routers
+    (in the inventory, no fresh report) make idleness and low load unknowable."""
+
+    in_flight: Mapping[str, int]
+    idle_s: Mapping[str, float]  # replica -> seconds since any router's last request on it
+    waiting: Mapping[str, int]
+    model_idle_s: Mapping[str, float]
+    unknown: tuple[str, ...]
+
+
+def fleet_view(reports: Iterable[Report], routers: Iterable[str]) -> Fleet:
+    in_flight: dict[str, int] = {}
+    idle: dict[str, float] = {}
+    waiting: dict[str, int] = {}
+    model_idle: dict[str, float] = {}
+    seen: set[str] = set()
+    for r in reports:
+        seen.add(r.router)
+        for rid, load in r.replicas.items():
+            in_flight[rid] = in_flight.get(rid, 0) + load.in_flight
+            idle[rid] = min(idle.get(rid, math.inf), load.idle_s)
+        for m, n in r.waiting.items():
+            waiting[m] = waiting.get(m, 0) + n
+        for m, s in r.model_idle_s.items():
+            model_idle[m] = min(model_idle.get(m, math.inf), s)
+    return Fleet(in_flight, idle, waiting, model_idle, tuple(sorted(set(routers) - seen)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    model: str
+    kind: Kind
+    reason: str
+    replica: str | None = None  # the replica to drain (scale-down, stop-idle)
+    current: int = 0
+    desired: int = 0
+
+
+@dataclass
+class History:
+    """When each model was last scaled, and since when its load has fitted one replica fewer."""
+
+    last_action: dict[str, float] = field(default_factory=dict)
+    low_since: dict[str, float] = field(default_factory=dict)
+
+
+def load_of(m: ModelDemand, fleet: Fleet) -> int:
+    return sum(fleet.in_flight.get(r, 0) for r in (*m.ready, *m.starting)) + fleet.waiting.get(m.name, 0)
+
+
+def desired_count(m: ModelDemand, load: int) -> int:
+    """Replicas for `load` at the model's target, within [min, max] (one at least while loaded)."""
+    if m.target_in_flight is None:
+        return max(m.min, len(m.ready) + len(m.starting))
+    want = math.ceil(load / m.target_in_flight)
+    return min(m.max, max(m.min, want, 1 if load else 0))
+
+
+def decide(m: ModelDemand, fleet: Fleet, history: History, now: float, *,
+           asked: bool = False) -> tuple[Decision | None, str]:
+    """At most one action for model `m`, and a line saying why (or why nothing).
+
+    `asked`: a router asked for the model (a request found no ready replica). Updates
+    `history.low_since`; the caller records `last_action` when it carries an action out."""
+    live = len(m.ready) + len(m.starting)
+    load = load_of(m, fleet)
+    waiting = fleet.waiting.get(m.name, 0)
+    if live == 0:
+        history.low_since.pop(m.name, None)
+        if (asked or waiting) and m.max > 0:
+            why = f"{waiting} request(s) waiting" if waiting else "a router asked for it"
+            return Decision(m.name, "activate", f"no replica running and {why}", current=0, desired=1), why
+        return None, "no replica running, none asked for"
+    if m.starting:
+        return None, f"{len(m.starting)} replica(s) starting"
+    current = len(m.ready)
+    want = desired_count(m, load)
+    since = history.last_action.get(m.name)
+    if want > current:
+        history.low_since.pop(m.name, None)
+        if since is not None and now - since < m.up_cooldown:
+            return None, f"would scale up to {want} ({load} in flight/waiting, target {m.target_in_flight} per " \
+                         f"replica) after the up cooldown ({m.up_cooldown:g} s)"
+        return Decision(m.name, "scale-up", f"{load} in flight/waiting over {current} replica(s), target "
+                        f"{m.target_in_flight} per replica", current=current, desired=current + 1), "scaling up"
+    if fleet.unknown:
+        history.low_since.pop(m.name, None)
+        return None, f"router(s) {', '.join(fleet.unknown)} not known: nothing is scaled down or stopped"
+    if m.min == 0 and m.idle_timeout > 0:
+        idle = _idle_replicas(m, fleet)
+        if len(idle) == current and idle and waiting == 0:
+            rid = min(idle)
+            return Decision(m.name, "stop-idle", f"no request on any router for {m.idle_timeout:g} s",
+                            replica=rid, current=current, desired=current - 1), "idle"
+    # The last replica of a `min: 0` model goes by its idle_timeout above, never by load.
+    if m.target_in_flight is not None and current > max(m.min, 1):
+        fits = load <= HYSTERESIS * m.target_in_flight * (current - 1)
+        if not fits:
+            history.low_since.pop(m.name, None)
+            return None, f"{load} in flight/waiting on {current} replica(s): steady"
+        low = history.low_since.setdefault(m.name, now)
+        quiet = now - max(low, since if since is not None else low)
+        if quiet < m.down_cooldown:
+            return None, f"load {load} fits {current - 1} replica(s); scaling down after {m.down_cooldown:g} s " \
+                         f"of it ({quiet:.0f} s so far)"
+        rid = min(m.ready, key=lambda r: (fleet.in_flight.get(r, 0), r))
+        return Decision(m.name, "scale-down", f"{load} in flight/waiting fits {current - 1} replica(s) at target "
+                        f"{m.target_in_flight} for {m.down_cooldown:g} s", replica=rid, current=current,
+                        desired=current - 1), "scaling down"
+    history.low_since.pop(m.name, None)
+    return None, f"{current} replica(s), {load} in flight/waiting"
+
+
+def _idle_replicas(m: ModelDemand, fleet: Fleet) -> list[str]:
+    """Ready replicas no router has had a request on for idle_timeout (nor a model request)."""
+    model_idle = fleet.model_idle_s.get(m.name, math.inf)
+    out = []
+    for rid in m.ready:
+        # A replica no router reports yet is as old as its record (it may be new to them).
+        idle = min(fleet.idle_s.get(rid, math.inf), m.age_s.get(rid, math.inf), model_idle)
+        if fleet.in_flight.get(rid, 0) == 0 and idle >= m.idle_timeout:
+            out.append(rid)
+    return out
