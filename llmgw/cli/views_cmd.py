@@ -249,6 +249,14 @@ def models_text(view: dict[str, Any], con: Console) -> None:
         con.print()
         for s in present:
             con.print(Text(f"{s}: {what[s]}", style="dim"))
+    from llmgw.views.demand import demand_lines
+
+    scaled = demand_lines(view.get("demand", {}))
+    if scaled:  # the controller's last scale decision per model (#16)
+        con.print()
+        con.print(Text("Demand (the controller's last decisions):"))
+        for line in scaled:
+            con.print(Text(f"  {line}"), overflow="fold")
     _notes(con, view["notes"])
 
 
@@ -302,6 +310,9 @@ def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: 
 
     data = load_site_data(app.site)
     view = models_view(data, get_runtime(data, routers, no_router))
+    from llmgw.controller.views import site_demand  # the controller's scale decisions (#16)
+
+    view["demand"] = site_demand(app.site)
     name = click.get_current_context().meta.get(MODEL_ARG)
     if name is not None:  # one model, with its bench and check results (llmgw.cli.models_detail)
         show_model(app, view, name, as_json)
