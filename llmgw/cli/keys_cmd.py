@@ -1,26 +1,34 @@
 """`llmgw keys ...`: API keys, the group tree with its quotas, and usage, in the store.
 
-Every command takes `--store URL` (or `$LLMGW_STORE`); without it, the site's store
-(llmgw.yaml `store:`, default a SQLite file beside the state), and outside a site the
-embedded default `~/.local/share/llmgw/store.sqlite`. A router started with the same
-store sees changes within a couple of seconds.
+Every command acts on the store the site's routers read (llmgw.store.where says which, in
+order: `--store URL` or `$LLMGW_STORE`; the site's `store:`, e.g. the PostgreSQL the
+routers share; on a site with `llmgw_routers`, the first router's own store, through its
+host's `llmgw keys` run by Ansible; else a SQLite file beside the state; outside a site
+`~/.local/share/llmgw/store.sqlite`) and says which on stderr (`store` in --json). A
+router sees changes within a couple of seconds.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
+from llmgw.errors import UsageError
 from llmgw.site import SITE_FILE
 from llmgw.store import UNSET, GroupRecord, KeyRecord, Store, Unset, default_store_url, open_store
+from llmgw.store.keys import is_key, new_key
+
+if TYPE_CHECKING:
+    from llmgw.store.where import KeyStoreTarget
 
 
 def resolve_store_url(app: Any, url: str | None) -> str:
@@ -35,13 +43,44 @@ def resolve_store_url(app: Any, url: str | None) -> str:
     return str(app.site.store_url)
 
 
-@contextmanager
-def opened(app: Any, url: str | None) -> Iterator[Store]:
-    store = open_store(resolve_store_url(app, url))
+def target(app: AppContext, url: str | None) -> KeyStoreTarget:
+    from llmgw.store.where import key_store_target
+
+    here = Path(app.directory)
+    return key_store_target(here, app.site if (here / SITE_FILE).is_file() else None, url)
+
+
+def act(app: AppContext, url: str | None, argv: list[str], here: Callable[[Store], dict[str, Any]],
+        *, stdin: str | None = None) -> tuple[dict[str, Any], KeyStoreTarget]:
+    """`here(store)` on a store this host opens, or `llmgw keys ARGV --json` on the router host
+    that holds it (llmgw.store.where): the same JSON either way, and where it was done."""
+    from llmgw.store.where import run_on_router
+
+    where = target(app, url)
+    if where.router is not None:
+        data = run_on_router(where, argv, stdin=stdin)
+        remote = data.pop("store", None)
+        if isinstance(remote, str) and remote:
+            where = replace(where, described=f"{where.described} ({remote}, through Ansible)")
+        return data, where
+    assert where.url is not None
+    store = open_store(where.url)
     try:
-        yield store
+        return here(store), where
     finally:
         store.close()
+
+
+def said_where(where: KeyStoreTarget, as_json: bool, data: dict[str, Any]) -> None:
+    """Which store a command acted on: in the JSON, or a line on stderr beside the text."""
+    if as_json:
+        data["store"] = where.described
+        if where.notes:
+            data["notes"] = list(where.notes)
+        return
+    output.err_console.print(f"[dim]Store: {where.described}[/]", markup=True, soft_wrap=True, highlight=False)
+    for n in where.notes:
+        output.err_console.print(f"[dim]Note: {n}[/]", markup=True, soft_wrap=True, highlight=False)
 
 
 store_option = click.option(
@@ -96,20 +135,54 @@ def keys() -> None:
 @keys.command("create")
 @click.argument("name")
 @click.option("--group", "group", metavar="G", help="Put the key in this group (its quotas apply).")
+@click.option("--key-stdin", is_flag=True, hidden=True,
+              help="Store the key read from stdin (made by `llmgw keys create` on the control host).")
 @store_option
 @json_option
 @pass_app
-def create(app: AppContext, name: str, group: str | None, store_url: str | None, as_json: bool) -> None:
+def create(app: AppContext, name: str, group: str | None, key_stdin: bool, store_url: str | None,
+           as_json: bool) -> None:
     """Create a key and print it. It is shown this once: only its hash is stored."""
-    with opened(app, store_url) as store:
-        record, secret = store.create_key(name, group)
-    if as_json:
-        output.print_json({**key_json(record), "key": secret})
+    given: str | None = None
+    if key_stdin:  # on a router host, from the control host's `keys create` (llmgw.store.where)
+        given = sys.stdin.readline().strip()
+        if not is_key(given):
+            raise UsageError("--key-stdin: standard input holds no key made by llmgw")
+    secret = given or new_key()
+
+    def here(store: Store) -> dict[str, Any]:
+        record, _ = store.create_key(name, group, secret=secret)
+        return {**key_json(record), "store": store.redacted_url}
+
+    argv = ["create", name, "--key-stdin", *(["--group", group] if group else [])]
+    data, where = act(app, store_url, argv, here, stdin=secret)
+    if given is not None:  # the caller has the key: it never travels back
+        output.print_json(data)
         return
-    output.err_console.print(f"Created key {record.name!r} (id {record.id}"
-                             f"{', group ' + record.group if record.group else ''}). "
-                             "Store it now; it cannot be shown again:")
+    if as_json:
+        data.pop("store", None)
+        said_where(where, True, data)
+        output.print_json({**data, "key": secret})
+        return
+    output.err_console.print(f"Created key {data['name']!r} (id {data['id']}"
+                             f"{', group ' + data['group'] if data.get('group') else ''}) in {where.described}. "
+                             "Store it now; it cannot be shown again:", highlight=False, soft_wrap=True)
     click.echo(secret)
+
+def _here(fn: Callable[[Store], dict[str, Any]]) -> Callable[[Store], dict[str, Any]]:
+    """`fn`'s JSON, with the store it used (on a router host, what the control host reports)."""
+    def run(store: Store) -> dict[str, Any]:
+        return {**fn(store), "store": store.redacted_url}
+    return run
+
+
+def _print(where: KeyStoreTarget, as_json: bool, data: dict[str, Any]) -> bool:
+    """Print JSON (and return True), or say where the command acted before its text."""
+    said_where(where, as_json, data)
+    if as_json:
+        output.print_json(data)
+    return as_json
+
 
 @keys.command("list")
 @click.option("--all", "include_revoked", is_flag=True, help="Include revoked keys.")
@@ -118,40 +191,41 @@ def create(app: AppContext, name: str, group: str | None, store_url: str | None,
 @pass_app
 def list_(app: AppContext, include_revoked: bool, store_url: str | None, as_json: bool) -> None:
     """The keys (never the secrets): name, id, prefix, group, creation."""
-    with opened(app, store_url) as store:
-        records = store.list_keys(include_revoked=include_revoked)
-    if as_json:
-        output.print_json({"keys": [key_json(k) for k in records]})
+    data, where = act(app, store_url, ["list", *(["--all"] if include_revoked else [])],
+                      _here(lambda store: {"keys": [key_json(k) for k in
+                                                    store.list_keys(include_revoked=include_revoked)]}))
+    if _print(where, as_json, data):
         return
+    records = data["keys"]
     if not records:
         output.console.print("No keys. Create one with `llmgw keys create NAME`.")
         return
-    rows = [[k.name, k.id, k.prefix + "…", k.group or "-", k.created_at.strftime("%Y-%m-%d %H:%M"),
-             "active" if k.active else f"revoked {k.revoked_at:%Y-%m-%d %H:%M}"] for k in records]
+    rows = [[k["name"], k["id"], k["prefix"] + "…", k["group"] or "-", _when(k["created_at"]),
+             "active" if k["active"] else f"revoked {_when(k['revoked_at'])}"] for k in records]
     output.console.print(output.table(["NAME", "ID", "PREFIX", "GROUP", "CREATED", "STATUS"], rows))
+
+
+def _when(iso: str | None) -> str:
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M") if iso else "-"
+
 
 @keys.command("revoke")
 @click.argument("key")
 @store_option
-@pass_app
-def revoke(app: AppContext, key: str, store_url: str | None) -> None:
-    """Revoke the active key with this name or id (routers drop it within seconds)."""
-    with opened(app, store_url) as store:
-        record = store.revoke_key(key)
-    output.console.print(f"Revoked key {record.name!r} (id {record.id}).")
-
-@keys.command("usage")
-@click.option("--day", metavar="YYYY-MM-DD", help="UTC day (default today).")
-@store_option
 @json_option
 @pass_app
-def usage(app: AppContext, day: str | None, store_url: str | None, as_json: bool) -> None:
-    """Requests and tokens per key and per group (subtrees included) for one UTC day."""
-    day = day or datetime.now(UTC).strftime("%Y-%m-%d")
-    with opened(app, store_url) as store:
-        rows = store.usage(day)
-        records = {k.id: k for k in store.list_keys(include_revoked=True)}
-        groups = {g.name: g for g in store.list_groups()}
+def revoke(app: AppContext, key: str, store_url: str | None, as_json: bool) -> None:
+    """Revoke the active key with this name or id (routers drop it within seconds)."""
+    data, where = act(app, store_url, ["revoke", key], _here(lambda store: key_json(store.revoke_key(key))))
+    if not _print(where, as_json, data):
+        output.console.print(f"Revoked key {data['name']!r} (id {data['id']}).")
+
+
+def usage_json(store: Store, day: str) -> dict[str, Any]:
+    """Requests and tokens per key and per group (subtrees included) on one UTC day."""
+    rows = store.usage(day)
+    records = {k.id: k for k in store.list_keys(include_revoked=True)}
+    groups = {g.name: g for g in store.list_groups()}
     per_key: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     per_group: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
     for r in rows:
@@ -164,24 +238,39 @@ def usage(app: AppContext, day: str | None, store_url: str | None, as_json: bool
         return {"requests": v[0], "prompt_tokens": v[1], "completion_tokens": v[2],
                 "total_tokens": v[1] + v[2]}
 
-    if as_json:
-        output.print_json({
-            "day": day,
+    return {"day": day,
             "keys": [{"id": kid, "name": records[kid].name if kid in records else None,
                       "group": records[kid].group if kid in records else None, **entry(v)}
                      for kid, v in sorted(per_key.items())],
-            "groups": [{"name": g, **entry(v)} for g, v in sorted(per_group.items())]})
+            "groups": [{"name": g, **entry(v)} for g, v in sorted(per_group.items())]}
+
+
+@keys.command("usage")
+@click.option("--day", metavar="YYYY-MM-DD", help="UTC day (default today).")
+@store_option
+@json_option
+@pass_app
+def usage(app: AppContext, day: str | None, store_url: str | None, as_json: bool) -> None:
+    """Requests and tokens per key and per group (subtrees included) for one UTC day."""
+    day = day or datetime.now(UTC).strftime("%Y-%m-%d")
+    data, where = act(app, store_url, ["usage", "--day", day], _here(lambda store: usage_json(store, day)))
+    if _print(where, as_json, data):
         return
-    krows = [[records[kid].name if kid in records else kid, f"{v[0]:,}", f"{v[1] + v[2]:,}"]
-             for kid, v in sorted(per_key.items())]
+    krows = [[k["name"] or k["id"], f"{k['requests']:,}", f"{k['total_tokens']:,}"] for k in data["keys"]]
     output.console.print(output.table(["KEY", "REQUESTS", "TOKENS"], krows, title=f"Usage on {day} (UTC)"))
-    if per_group:
-        grows = [[g, f"{v[0]:,}", f"{v[1] + v[2]:,}"] for g, v in sorted(per_group.items())]
+    if data["groups"]:
+        grows = [[g["name"], f"{g['requests']:,}", f"{g['total_tokens']:,}"] for g in data["groups"]]
         output.console.print(output.table(["GROUP", "REQUESTS", "TOKENS"], grows))
+
 
 @keys.group("group")
 def group() -> None:
     """Groups of keys, in a tree; each level's quotas apply to everything below it."""
+
+
+def _limit_arg(n: int | Unset | None) -> str:
+    return "unlimited" if n is None else str(n)
+
 
 @group.command("set")
 @click.argument("name")
@@ -192,17 +281,31 @@ def group() -> None:
 @click.option("--tokens-per-day", type=LimitType(), default=UNSET, show_default=False,
               help="Tokens (prompt + completion) per UTC day for the subtree, or 'unlimited'.")
 @store_option
+@json_option
 @pass_app
 def group_set(app: AppContext, name: str, parent: str | None, no_parent: bool,
-              rpm: int | Unset | None, tokens_per_day: int | Unset | None, store_url: str | None) -> None:
+              rpm: int | Unset | None, tokens_per_day: int | Unset | None, store_url: str | None,
+              as_json: bool) -> None:
     """Create group NAME or change it; options not given stay as they are."""
     if parent and no_parent:
         raise click.UsageError("--parent and --no-parent exclude each other")
     new_parent: str | Unset | None = None if no_parent else (parent if parent else UNSET)
-    with opened(app, store_url) as store:
-        g = store.set_group(name, parent=new_parent, rpm=rpm, tokens_per_day=tokens_per_day)
-    output.console.print(f"Group {g.name!r}: parent {g.parent or '-'}, {_limit(g.rpm)} requests/minute, "
-                         f"{_limit(g.tokens_per_day)} tokens/day.")
+    argv = ["group", "set", name, *(["--parent", parent] if parent else []), *(["--no-parent"] if no_parent else []),
+            *(["--rpm", _limit_arg(rpm)] if not isinstance(rpm, Unset) else []),
+            *(["--tokens-per-day", _limit_arg(tokens_per_day)] if not isinstance(tokens_per_day, Unset) else [])]
+    data, where = act(app, store_url, argv, _here(lambda store: group_json(
+        store.set_group(name, parent=new_parent, rpm=rpm, tokens_per_day=tokens_per_day))))
+    if not _print(where, as_json, data):
+        output.console.print(f"Group {data['name']!r}: parent {data['parent'] or '-'}, {_limit(data['rpm'])} "
+                             f"requests/minute, {_limit(data['tokens_per_day'])} tokens/day.")
+
+
+def group_list_json(store: Store) -> dict[str, Any]:
+    members: dict[str | None, int] = defaultdict(int)
+    for record in store.list_keys(include_revoked=False):
+        members[record.group] += 1
+    return {"groups": [{**group_json(g), "keys": members[g.name]} for g in store.list_groups()]}
+
 
 @group.command("list")
 @store_option
@@ -210,30 +313,31 @@ def group_set(app: AppContext, name: str, parent: str | None, no_parent: bool,
 @pass_app
 def group_list(app: AppContext, store_url: str | None, as_json: bool) -> None:
     """The groups with their parents and limits."""
-    with opened(app, store_url) as store:
-        groups = store.list_groups()
-        members: dict[str | None, int] = defaultdict(int)
-        for record in store.list_keys(include_revoked=False):
-            members[record.group] += 1
-    if as_json:
-        output.print_json({"groups": [{**group_json(g), "keys": members[g.name]} for g in groups]})
+    data, where = act(app, store_url, ["group", "list"], _here(group_list_json))
+    if _print(where, as_json, data):
         return
-    if not groups:
+    if not data["groups"]:
         output.console.print("No groups. Create one with `llmgw keys group set NAME --rpm N`.")
         return
-    rows = [[g.name, g.parent or "-", _limit(g.rpm), _limit(g.tokens_per_day), str(members[g.name])]
-            for g in groups]
+    rows = [[g["name"], g["parent"] or "-", _limit(g["rpm"]), _limit(g["tokens_per_day"]), str(g["keys"])]
+            for g in data["groups"]]
     output.console.print(output.table(["GROUP", "PARENT", "RPM", "TOKENS/DAY", "KEYS"], rows))
+
 
 @group.command("delete")
 @click.argument("name")
 @store_option
+@json_option
 @pass_app
-def group_delete(app: AppContext, name: str, store_url: str | None) -> None:
+def group_delete(app: AppContext, name: str, store_url: str | None, as_json: bool) -> None:
     """Delete an empty group (no active keys, no child groups)."""
-    with opened(app, store_url) as store:
+    def here(store: Store) -> dict[str, Any]:
         store.delete_group(name)
-    output.console.print(f"Deleted group {name!r}.")
+        return {"deleted": name}
+
+    data, where = act(app, store_url, ["group", "delete", name], _here(here))
+    if not _print(where, as_json, data):
+        output.console.print(f"Deleted group {name!r}.")
 
 
 # What `llmgw` attaches to its group, in the order of `llmgw --help`.

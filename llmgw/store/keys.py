@@ -8,6 +8,7 @@ cache miss). The prefix kept in clear lets people tell keys apart in `keys list`
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 
 KEY_PREFIX = "sk-llmgw-"
@@ -16,6 +17,14 @@ SHOWN_PREFIX_LEN = len(KEY_PREFIX) + 6
 
 def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+_KEY = re.compile(r"^sk-llmgw-[A-Za-z0-9_-]{43}$")
+
+
+def is_key(text: str) -> bool:
+    """Whether `text` has the shape of a key `new_key` makes (one made elsewhere, handed in)."""
+    return bool(_KEY.match(text))
 
 
 def new_key_id() -> str:

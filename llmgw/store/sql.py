@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmgw.errors import StoreError
-from llmgw.store.keys import hash_key, new_key, new_key_id, shown_prefix
+from llmgw.store.keys import hash_key, is_key, new_key, new_key_id, shown_prefix
 from llmgw.store.model import GroupLimit, GroupRecord, KeyRecord, MinuteCount, Refusal, UsageDelta, UsageRow
 from llmgw.store.urls import postgres_url_problem, redact_url, scrub
 
@@ -261,11 +261,14 @@ class SqlStore:
         self._run(go)
 
     # -- keys ----------------------------------------------------------------------------
-    def create_key(self, name: str, group: str | None = None) -> tuple[KeyRecord, str]:
-        """A new key; the secret is returned once and only its hash is kept."""
+    def create_key(self, name: str, group: str | None = None, *, secret: str | None = None) -> tuple[KeyRecord, str]:
+        """A new key; the secret is returned once and only its hash is kept. `secret`: one made
+        elsewhere by `new_key` (`llmgw keys create` on the bastion, stored on a router host)."""
         if not name or name.strip() != name:
             raise StoreError(f"invalid key name {name!r}", hint="use a non-empty name without spaces")
-        secret = new_key()
+        if secret is not None and not is_key(secret):
+            raise StoreError("the key given is not one llmgw made (sk-llmgw- and 43 URL-safe characters)")
+        secret = secret or new_key()
         record = KeyRecord(id=new_key_id(), name=name, group=group, prefix=shown_prefix(secret),
                            hash=hash_key(secret), created_at=_now())
 
