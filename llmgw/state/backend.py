@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Self
 
 from llmgw.errors import StateError
 from llmgw.state.model import State
@@ -163,7 +164,7 @@ class StateBackend(ABC):
     def close(self) -> None:
         """Release connections; the backend is not used afterwards."""
 
-    def __enter__(self) -> StateBackend:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
