@@ -15,7 +15,8 @@
     quotas.py      group limits (requests per minute, tokens per day)
     usage.py       usage counters, written to the store in batches
     metrics.py     Prometheus
-    ondemand.py    the Activator seam for min-0 models, and idle stops
+    ondemand.py    holding requests while the controller starts a replica; load reports to it
+    activator.py   the controller's demand API client (the Activator `--activator` loads)
     landing.py     the page at /
     asgi.py        the ASGI types of the raw hot path
     openai_errors.py  every refusal in the OpenAI error shape
