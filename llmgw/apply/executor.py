@@ -67,8 +67,12 @@ class Applier:
     def __init__(self, *, plan: Plan, state_file: Path, inventory: Inventory, hosts: Hosts,
                  wheelhouse: Callable[[], Path], grace: float = 120.0, progress: Progress | None = None,
                  say: Say | None = None, fabric_hcas: Callable[[str, str], list[str]] | None = None,
-                 backend: StateBackend | None = None, meta: WriteMeta | None = None) -> None:
+                 backend: StateBackend | None = None, meta: WriteMeta | None = None,
+                 verify: Callable[[Sequence[PlannedReplica]], None] | None = None) -> None:
         self.plan = plan
+        # Checks new replicas (catalog `requires:`, llmgw.probe.verify) before they are recorded
+        # ready; raising leaves them `starting`, for the next plan to replace.
+        self.verify = verify
         # Where the state is kept (a file, or PostgreSQL keeping its last copy at state_file,
         # the file the routers are sent), and who is writing, for its history.
         self.backend = backend or LocalBackend(state_file)
@@ -189,6 +193,8 @@ class Applier:
                 shards.setdefault(s.node, []).append(self._shard_entry(r, s.rank))
         self.say(f"Fetching weights and starting {', '.join(ids)}; waiting for their health")
         self.hosts.engines(weights, shards, "start", self.progress)
+        if self.verify is not None:
+            self.verify(replicas)
         self._mark(ids, "ready")
         self._deliver(present=ids)
         self.outcome.created.extend(ids)

@@ -49,6 +49,9 @@ Count = Annotated[int, BeforeValidator(_no_bool)]
 Number = Annotated[float, BeforeValidator(_no_bool)]
 Engine = Literal["vllm", "sglang", "llamacpp"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "llamacpp")
+# What `llmgw check` verifies (llmgw.probe.checks), and a model may `requires:`.
+Capability = Literal["chat", "stream", "completion", "embeddings", "tools", "json"]
+CAPABILITIES: tuple[str, ...] = ("chat", "stream", "completion", "embeddings", "tools", "json")
 # How the router picks a replica: least in flight, or by prompt prefix so engine prompt
 # caches are reused (llmgw/router/balance.py). The state's copy is llmgw.state.Routing.
 Routing = Literal["least-load", "prefix-affinity"]
@@ -157,6 +160,9 @@ class Model(BaseModel):
     # values when they fit, after different hosts and `llmgw_failure_domain` (planner/placement.py).
     spread: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")]] = Field(default_factory=list)
     profiles: Annotated[list[Profile], Field(min_length=1)]
+    # Capabilities apply checks on each new replica (directly, with its engine key) before
+    # recording it ready; a replica that fails one stays `starting` and apply stops.
+    requires: list[Capability] = Field(default_factory=list)
 
     @field_validator("source")
     @classmethod

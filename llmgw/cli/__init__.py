@@ -14,7 +14,9 @@ import click
 from llmgw import __version__
 from llmgw.cli import (
     apply_cmd,
+    bench_cmd,
     catalog_cmd,
+    check_cmd,
     controller_cmd,
     edit_cmd,
     fabrics_cmd,
@@ -51,6 +53,8 @@ COMMAND_MODULES = [
     controller_cmd,
     edit_cmd,
     views_cmd,
+    bench_cmd,
+    check_cmd,
     weights_cmd,
 ]
 

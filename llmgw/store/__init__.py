@@ -13,7 +13,17 @@ import os
 from pathlib import Path
 
 from llmgw.errors import StoreError
-from llmgw.store.model import GroupLimit, GroupRecord, KeyRecord, MinuteCount, Refusal, UsageDelta, UsageRow
+from llmgw.store.model import (
+    BenchRecord,
+    CheckRecord,
+    GroupLimit,
+    GroupRecord,
+    KeyRecord,
+    MinuteCount,
+    Refusal,
+    UsageDelta,
+    UsageRow,
+)
 from llmgw.store.sql import UNSET, PostgresStore, SqliteStore, SqlStore, Unset
 from llmgw.store.urls import redact_url, url_scheme
 
@@ -21,6 +31,8 @@ Store = SqlStore
 
 __all__ = [
     "UNSET",
+    "BenchRecord",
+    "CheckRecord",
     "GroupLimit",
     "GroupRecord",
     "KeyRecord",

@@ -90,3 +90,49 @@ class Refusal:
     group: str
     what: str
     limit: int
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One `llmgw bench` run: what was served (from the state) and what was measured.
+
+    `profiles` and `nodes` are comma-joined, sorted: a model with replicas on two profiles
+    is benchmarked through the router across both, and the record says so. Latencies in
+    milliseconds; None where no request succeeded.
+    """
+
+    id: str
+    model: str
+    profiles: str
+    engine: str
+    engine_version: str
+    nodes: str
+    created_at: datetime
+    concurrency: int
+    requests: int
+    errors: int
+    prompt_tokens: int  # asked for
+    max_tokens: int
+    duration_s: float
+    output_tokens_per_s: float
+    ttft_p50_ms: float | None
+    ttft_p90_ms: float | None
+    itl_p50_ms: float | None
+    itl_p90_ms: float | None
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """One capability check of one `llmgw check` run (or of apply's check of a new replica)."""
+
+    run_id: str
+    model: str
+    capability: str
+    status: str  # pass | fail | unsupported
+    detail: str
+    profiles: str
+    engine: str
+    engine_version: str
+    nodes: str
+    created_at: datetime
+    replica: str | None = None  # set when the check went to one replica directly (apply)

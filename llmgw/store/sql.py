@@ -13,6 +13,8 @@ Tables (prefixed `llmgw_` so the store can share a database):
     llmgw_usage_daily      per key, UTC day and model: requests, prompt/completion tokens
     llmgw_requests_minute  per key and clock minute: requests (shared rpm; pruned)
     llmgw_reservations     tokens held by requests in flight (token quotas), until settled
+    llmgw_bench_results    one row per `llmgw bench` run: model, profiles, engine version, nodes, figures
+    llmgw_check_results    one row per capability per `llmgw check` run (and apply's checks): pass/fail
 
 Quotas are admitted in the store (`admit`), one transaction per request of a key under
 a limit, serialised per group (PostgreSQL: an advisory lock per limited group, taken in
@@ -36,10 +38,20 @@ from typing import Any, Protocol
 
 from llmgw.errors import StoreError
 from llmgw.store.keys import hash_key, is_key, new_key, new_key_id, shown_prefix
-from llmgw.store.model import GroupLimit, GroupRecord, KeyRecord, MinuteCount, Refusal, UsageDelta, UsageRow
+from llmgw.store.model import (
+    BenchRecord,
+    CheckRecord,
+    GroupLimit,
+    GroupRecord,
+    KeyRecord,
+    MinuteCount,
+    Refusal,
+    UsageDelta,
+    UsageRow,
+)
 from llmgw.store.urls import postgres_url_problem, redact_url, scrub
 
-SCHEMA_VERSION = 2  # 2: llmgw_reservations
+SCHEMA_VERSION = 3  # 2: llmgw_reservations; 3: llmgw_bench_results, llmgw_check_results
 
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS llmgw_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -78,6 +90,40 @@ _SCHEMA = [
         tokens BIGINT NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS llmgw_reservations_key ON llmgw_reservations (key_id)",
+    """CREATE TABLE IF NOT EXISTS llmgw_bench_results (
+        id TEXT PRIMARY KEY,
+        model TEXT NOT NULL,
+        profiles TEXT NOT NULL,
+        engine TEXT NOT NULL,
+        engine_version TEXT NOT NULL,
+        nodes TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        concurrency BIGINT NOT NULL,
+        requests BIGINT NOT NULL,
+        errors BIGINT NOT NULL,
+        prompt_tokens BIGINT NOT NULL,
+        max_tokens BIGINT NOT NULL,
+        duration_s DOUBLE PRECISION NOT NULL,
+        output_tokens_per_s DOUBLE PRECISION NOT NULL,
+        ttft_p50_ms DOUBLE PRECISION NULL,
+        ttft_p90_ms DOUBLE PRECISION NULL,
+        itl_p50_ms DOUBLE PRECISION NULL,
+        itl_p90_ms DOUBLE PRECISION NULL)""",
+    "CREATE INDEX IF NOT EXISTS llmgw_bench_results_model ON llmgw_bench_results (model, created_at)",
+    """CREATE TABLE IF NOT EXISTS llmgw_check_results (
+        run_id TEXT NOT NULL,
+        capability TEXT NOT NULL,
+        model TEXT NOT NULL,
+        status TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        profiles TEXT NOT NULL,
+        engine TEXT NOT NULL,
+        engine_version TEXT NOT NULL,
+        nodes TEXT NOT NULL,
+        replica TEXT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (run_id, capability))""",
+    "CREATE INDEX IF NOT EXISTS llmgw_check_results_model ON llmgw_check_results (model, created_at)",
 ]
 
 # One group's standing, read in ONE statement so it is one snapshot: a usage flush that
@@ -418,6 +464,55 @@ class SqlStore:
                          "WHERE minute >= ?", (since_minute,))
             return [MinuteCount(r[0], int(r[1]), int(r[2])) for r in cur.fetchall()]
         result: list[MinuteCount] = self._run(go)
+        return result
+
+    # -- bench and check results ---------------------------------------------------------
+    _BENCH_COLS = ("id, model, profiles, engine, engine_version, nodes, created_at, concurrency, requests, errors, "
+                   "prompt_tokens, max_tokens, duration_s, output_tokens_per_s, ttft_p50_ms, ttft_p90_ms, "
+                   "itl_p50_ms, itl_p90_ms")
+    _CHECK_COLS = ("run_id, model, capability, status, detail, profiles, engine, engine_version, nodes, "
+                   "created_at, replica")
+
+    def add_bench(self, r: BenchRecord) -> None:
+        self._run(lambda cur: self._x(
+            cur, f"INSERT INTO llmgw_bench_results ({self._BENCH_COLS}) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (r.id, r.model, r.profiles, r.engine, r.engine_version, r.nodes, r.created_at.isoformat(),
+             r.concurrency, r.requests, r.errors, r.prompt_tokens, r.max_tokens, r.duration_s,
+             r.output_tokens_per_s, r.ttft_p50_ms, r.ttft_p90_ms, r.itl_p50_ms, r.itl_p90_ms)))
+
+    def bench_results(self, model: str, limit: int = 20) -> list[BenchRecord]:
+        """The model's newest bench runs first."""
+        def go(cur: _Cursor) -> list[BenchRecord]:
+            self._x(cur, f"SELECT {self._BENCH_COLS} FROM llmgw_bench_results WHERE model = ? "
+                         "ORDER BY created_at DESC, id LIMIT ?", (model, limit))
+            return [BenchRecord(r[0], r[1], r[2], r[3], r[4], r[5], datetime.fromisoformat(r[6]), int(r[7]),
+                                int(r[8]), int(r[9]), int(r[10]), int(r[11]), float(r[12]), float(r[13]),
+                                *(None if v is None else float(v) for v in r[14:18]))
+                    for r in cur.fetchall()]
+        result: list[BenchRecord] = self._run(go)
+        return result
+
+    def add_checks(self, records: Sequence[CheckRecord]) -> None:
+        """One run's checks, in one transaction (a run is stored whole or not at all)."""
+        def go(cur: _Cursor) -> None:
+            for r in records:
+                self._x(cur, f"INSERT INTO llmgw_check_results ({self._CHECK_COLS}) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (r.run_id, r.model, r.capability, r.status, r.detail, r.profiles, r.engine,
+                         r.engine_version, r.nodes, r.created_at.isoformat(), r.replica))
+        self._run(go)
+
+    def check_results(self, model: str, runs: int = 5) -> list[CheckRecord]:
+        """The checks of the model's newest `runs` runs, newest run first."""
+        def go(cur: _Cursor) -> list[CheckRecord]:
+            self._x(cur, f"SELECT {self._CHECK_COLS} FROM llmgw_check_results WHERE model = ? AND run_id IN ("
+                         "SELECT run_id FROM llmgw_check_results WHERE model = ? GROUP BY run_id "
+                         "ORDER BY MAX(created_at) DESC, run_id LIMIT ?) ORDER BY created_at DESC, run_id, capability",
+                    (model, model, runs))
+            return [CheckRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8],
+                                datetime.fromisoformat(r[9]), r[10]) for r in cur.fetchall()]
+        result: list[CheckRecord] = self._run(go)
         return result
 
 
