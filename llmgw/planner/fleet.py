@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from llmgw.facts.records import Filesystem, Gpu, HostFacts
@@ -18,6 +19,9 @@ from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange
 from llmgw.weights.shared import declared_dir
+
+if TYPE_CHECKING:
+    from llmgw.planner.spreading import SpreadIndex
 
 MB_PER_GB = 1024
 BYTES_PER_GB = 1024**3
@@ -269,6 +273,18 @@ class Fleet:
         # for spreading a model's replicas. Nodes being drained are left out: what runs
         # there is on its way elsewhere.
         self.placed: dict[str, list[int]] = {}
+        # Every node a shard was put on, in order, for indexes that catch up when next used.
+        self.touches: list[int] = []
+        self.spreads: dict[tuple[StaticKey, str, tuple[str, ...]], SpreadIndex] = {}
+        self._leaf_sets: dict[int, frozenset[str]] = {}
+
+    def leaf_set(self, node: NodeView) -> frozenset[str]:
+        """Every leaf switch the node's adapters hang off, on any fabric."""
+        found = self._leaf_sets.get(node.ordinal)
+        if found is None:
+            found = frozenset(leaf for pairs in node.leaves.values() for _adapter, leaf in pairs)
+            self._leaf_sets[node.ordinal] = found
+        return found
 
     def holders(self, source: str, name: str) -> list[NodeView]:
         """Nodes already holding `source`'s weights (facts only), in name order."""
@@ -317,6 +333,7 @@ class Fleet:
              source: str | None, name: str, size: int | None) -> None:
         """Record that a shard uses these GPUs, memory, port and (unless present) disk for its weights."""
         node.use(gpus)
+        self.touches.append(node.ordinal)
         node.mem_reserved_mb += memory_gb * MB_PER_GB
         if source is not None and node.host.node_state != "draining":
             self.placed.setdefault(source, []).append(node.ordinal)

@@ -40,6 +40,7 @@ from llmgw.planner.fleet import (
     StaticKey,
     fmt_gb,
 )
+from llmgw.planner.spreading import SpreadIndex
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,19 @@ def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need,
 
 
 def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
+    if need.gpus > 0:
+        # The same order as below (zero penalty first, else the least crowded), kept up to date
+        # between placements instead of worked out over every node each time.
+        labels = tuple(need.model.spread)
+        slot = (need.key, need.source, labels)
+        index = fleet.spreads.get(slot)
+        if index is None:
+            index = fleet.spreads[slot] = SpreadIndex(
+                fleet, members, need.source, need.cache_name, need.gpu_class,
+                lambda n: dynamic_fault(fleet, n, need) is not None, lambda n: domain_values(n, labels),
+                len(labels) + 1)
+        best = index.best()
+        return None if best is None else Choice((best,))
     spread = spread_of(fleet, need)
     if spread is None:
         return _best_single(fleet, need, members)

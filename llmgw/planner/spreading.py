@@ -1,0 +1,152 @@
+"""The best node for one more single-node GPU replica of a model, spread apart, without
+looking at every node each time.
+
+Placement's order for such a replica is, over every node that passes the filters:
+(replicas of the model on the node, replicas in each of its failure domains, replicas
+sharing one of its leaf switches, not holding the weights, not partly used, free GPUs,
+name). Scanning every node for every replica made a plan grow with the square of the
+fleet. Here nodes are grouped by what the middle of that key depends on (their domain
+values and leaf set), so a group has one crowding count; inside a group the best node is
+the top of a heap keyed by the rest. A placement changes one node and the counts of the
+groups it crowds, so only those are worked out again; the best group is the top of a heap
+of groups. Stale heap entries are skipped when they come up (their key no longer matches).
+
+It relies on what the planner relies on elsewhere: within a plan usage only grows, so a
+node that fails a filter fails it for the rest of the plan, and a node's key only changes
+when a shard lands on it (which the fleet records in `Fleet.touches`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+from llmgw.planner.fleet import Fleet, NodeView
+
+NodeKey = tuple[int, bool, bool, int, int]  # replicas here, not holding, not partly used, free GPUs, ordinal
+
+
+class SpreadIndex:
+    """For one (static key, weights source, spread labels): the best node to place on next."""
+
+    def __init__(self, fleet: Fleet, members: list[NodeView], source: str, cache_name: str, gpu_class: str | None,
+                 fails: Callable[[NodeView], bool], values: Callable[[NodeView], tuple[str | None, ...]],
+                 levels: int) -> None:
+        """`fails`: whether a node fails a filter now; `values`: its failure-domain value per level."""
+        self.fleet, self.source, self.cache_name, self.gpu_class = fleet, source, cache_name, gpu_class
+        self.fails, self.values, self.levels = fails, values, levels
+        self.seen = 0  # entries of fleet.placed[source] counted so far
+        self.touch_seen = len(fleet.touches)
+        self.hosts: dict[int, int] = {}
+        self.domains: tuple[dict[str, int], ...] = tuple({} for _ in range(self.levels))
+        # Groups: nodes with the same domain values and leaf set share every count but their own.
+        self.group_of: dict[int, int] = {}
+        self.group_values: list[tuple[str | None, ...]] = []
+        self.group_leaves: list[frozenset[str]] = []
+        self.by_value: tuple[dict[str, list[int]], ...] = tuple({} for _ in range(self.levels))
+        self.by_leaf: dict[str, list[int]] = {}
+        ids: dict[tuple[tuple[str | None, ...], frozenset[str]], int] = {}
+        for n in members:
+            vals = values(n)
+            leaves = fleet.leaf_set(n)
+            gid = ids.get((vals, leaves))
+            if gid is None:
+                gid = ids[(vals, leaves)] = len(self.group_values)
+                self.group_values.append(vals)
+                self.group_leaves.append(leaves)
+                for level, value in enumerate(vals):
+                    if value is not None:
+                        self.by_value[level].setdefault(value, []).append(gid)
+                for leaf in leaves:
+                    self.by_leaf.setdefault(leaf, []).append(gid)
+            self.group_of[n.ordinal] = gid
+        self.leaf_count = [0] * len(self.group_values)  # placed shards sharing a leaf with the group
+        self.node_key: dict[int, NodeKey | None] = {}
+        self.heaps: list[list[NodeKey]] = [[] for _ in self.group_values]
+        self.group_key: list[tuple[int, ...] | None] = [None] * len(self.group_values)
+        self.top: list[tuple[tuple[int, ...], int]] = []
+        self._count_placed()
+        for n in members:
+            key = self._key(n)
+            self.node_key[n.ordinal] = key
+            self.heaps[self.group_of[n.ordinal]].append(key)
+        for gid, heap in enumerate(self.heaps):
+            heapq.heapify(heap)
+            self._settle(gid)
+
+    def _key(self, n: NodeView) -> NodeKey:
+        """The node's own part of the order; whether it passes the filters is asked only of a
+        group's top (`_settle`): a node that fails stays failed for the rest of the plan."""
+        return (self.hosts.get(n.ordinal, 0), not self.fleet.holds(n, self.source, self.cache_name),
+                not n.partly_used, n.free_count(self.gpu_class), n.ordinal)
+
+    def _count_placed(self) -> set[int]:
+        """Count the shards placed since last time; the groups whose crowding changed."""
+        placed = self.fleet.placed.get(self.source, [])
+        changed: set[int] = set()
+        for o in placed[self.seen:]:
+            self.hosts[o] = self.hosts.get(o, 0) + 1
+            node = self.fleet.nodes[o]
+            for level, value in enumerate(self.values(node)):
+                if value is not None:
+                    counts = self.domains[level]
+                    counts[value] = counts.get(value, 0) + 1
+                    changed.update(self.by_value[level].get(value, ()))
+            crowded = {gid for leaf in self.fleet.leaf_set(node) for gid in self.by_leaf.get(leaf, ())}
+            for gid in crowded:
+                self.leaf_count[gid] += 1
+            changed |= crowded
+        self.seen = len(placed)
+        return changed
+
+    def _settle(self, gid: int) -> None:
+        """Drop stale entries off the group's heap and (re)enter the group with its best key."""
+        heap, node_key, nodes = self.heaps[gid], self.node_key, self.fleet.nodes
+        while heap:
+            top = heap[0]
+            o = top[-1]
+            if node_key[o] != top:
+                heapq.heappop(heap)  # stale: the node's key changed since
+            elif self.fails(nodes[o]):
+                node_key[o] = None
+                heapq.heappop(heap)
+            else:
+                break
+        if not heap:
+            self.group_key[gid] = None
+            return
+        best = heap[0]
+        values = self.group_values[gid]
+        crowding = tuple(0 if v is None else self.domains[level].get(v, 0) for level, v in enumerate(values))
+        key = (best[0], *crowding, self.leaf_count[gid], *best[1:])
+        if key != self.group_key[gid]:
+            self.group_key[gid] = key
+            heapq.heappush(self.top, (key, gid))
+
+    def best(self) -> NodeView | None:
+        """The node placement's order puts first now, or None when no member passes the filters."""
+        dirty = self._count_placed()
+        touches = self.fleet.touches
+        for o in touches[self.touch_seen:]:
+            if self.node_key.get(o) is not None:  # a member not yet found failing
+                key = self._key(self.fleet.nodes[o])
+                if key != self.node_key[o]:
+                    self.node_key[o] = key
+                    gid = self.group_of[o]
+                    heapq.heappush(self.heaps[gid], key)
+                    dirty.add(gid)
+        self.touch_seen = len(touches)
+        for gid in dirty:
+            self._settle(gid)
+        while self.top:
+            gkey, gid = self.top[0]
+            if self.group_key[gid] != gkey:
+                heapq.heappop(self.top)
+                continue
+            node = self.fleet.nodes[gkey[-1]]
+            if not self.fails(node):
+                return node
+            # Failed without a shard of its own (another node took a shared disk): gone for good.
+            self.node_key[node.ordinal] = None
+            self._settle(gid)
+        return None
