@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,26 +17,13 @@ import click
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.keys_cmd import resolve_store_url, store_option
 from llmgw.errors import UsageError
-from llmgw.router.settings import RouterSettings
+from llmgw.router.settings import RouterSettings, default_workers
 from llmgw.site import SITE_FILE
 from llmgw.store import open_store
 
 if TYPE_CHECKING:
-    from llmgw.router.ondemand import Activator
     from llmgw.router.server import RouterServer
-
-
-def load_activator(spec: str, state_path: Path, site: Any) -> Activator:
-    """`module:factory`, called as factory(state_path=..., site=...) -> Activator."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"--activator {spec!r} is not MODULE:FACTORY")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load the activator {spec!r}: {exc}") from None
-    activator: Activator = factory(state_path=state_path, site=site)
-    return activator
+    from llmgw.router.workers import Supervisor
 
 
 def with_overrides(settings: RouterSettings, overrides: tuple[str, ...]) -> RouterSettings:
@@ -60,13 +46,25 @@ def with_overrides(settings: RouterSettings, overrides: tuple[str, ...]) -> Rout
     return dataclasses.replace(settings, **changes)
 
 
-def _run(server: RouterServer) -> None:
+def _run(server: RouterServer | Supervisor) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvicorn[standard] brings it
         asyncio.run(server.run(install_signals=True))
     else:
         uvloop.run(server.run(install_signals=True))
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return default_workers()
+    try:
+        n = int(text)
+    except ValueError:
+        raise UsageError(f"--workers {text!r} is not a number or `auto`") from None
+    if not 1 <= n <= 256:
+        raise UsageError(f"--workers {n} is out of range", hint="1 to 256, or `auto` (one per CPU)")
+    return n
 
 
 @click.group("router")
@@ -100,6 +98,8 @@ def router() -> None:
               show_default=True, help="Seconds a request waits for an on-demand model to start.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@click.option("--workers", "workers_text", default="auto", show_default=True, metavar="N|auto",
+              help="Worker processes sharing the client listener; auto: one per CPU this process may use.")
 @click.option("--setting", "overrides", multiple=True, metavar="NAME=VALUE",
               help="Any other router setting (llmgw/router/settings.py), e.g. max_header_bytes=65536, "
                    "header_timeout=5, keep_alive_timeout=75, max_connections=8192; repeatable.")
@@ -108,9 +108,11 @@ def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: s
           metrics_listen: str | None, store_url: str | None, activator: str | None,
           connect_timeout: float, first_byte_timeout: float, chunk_gap_timeout: float,
           max_body_mb: float, health_interval: float, activation_timeout: float, log_level: str,
-          overrides: tuple[str, ...]) -> None:
+          workers_text: str, overrides: tuple[str, ...]) -> None:
     """Serve the OpenAI API for the replicas in the state file, with keys, quotas and drains."""
+    from llmgw.router.plugins import load_activator
     from llmgw.router.server import RouterServer, parse_addr
+    from llmgw.router.workers import Supervisor
 
     site = app.site if (app.directory / SITE_FILE).is_file() else None
     if state_path is None:
@@ -123,15 +125,25 @@ def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: s
                               chunk_gap_timeout=chunk_gap_timeout, max_body_bytes=int(max_body_mb * 2**20),
                               health_interval=health_interval, activation_timeout=activation_timeout)
     settings = with_overrides(settings, overrides)
-    store = open_store(resolve_store_url(app, store_url))
+    workers = _workers(workers_text.strip().lower())
+    url = resolve_store_url(app, store_url)
+    store = open_store(url)
     try:
-        server = RouterServer(
-            state_path=state_path.resolve(), store=store,
-            listen=parse_addr(listen, default_host="0.0.0.0"),
-            admin_listen=parse_addr(admin_listen, default_host="127.0.0.1"),
-            metrics_listen=parse_addr(metrics_listen, default_host="0.0.0.0") if metrics_listen else None,
-            settings=settings, site_dir=site.root if site is not None else None,
-            activator=load_activator(activator, state_path, site) if activator else None)
+        client_addr = parse_addr(listen, default_host="0.0.0.0")
+        admin_addr = parse_addr(admin_listen, default_host="127.0.0.1")
+        metrics_addr = parse_addr(metrics_listen, default_host="0.0.0.0") if metrics_listen else None
+        loaded = load_activator(activator, state_path, site) if activator else None
+        site_dir = site.root if site is not None else None
+        server: RouterServer | Supervisor
+        if workers == 1:
+            server = RouterServer(state_path=state_path.resolve(), store=store, listen=client_addr,
+                                  admin_listen=admin_addr, metrics_listen=metrics_addr, settings=settings,
+                                  site_dir=site_dir, activator=loaded)
+        else:  # workers.py: N processes on one socket, this one answering the admin API for all
+            server = Supervisor(workers=workers, state_path=state_path.resolve(), store=store, store_url=url,
+                                listen=client_addr, admin_listen=admin_addr, metrics_listen=metrics_addr,
+                                settings=settings, site_dir=site_dir, activator=loaded,
+                                activator_spec=activator, log_level=log_level)
         _run(server)
     finally:
         store.close()

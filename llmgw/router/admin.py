@@ -46,6 +46,9 @@ def replica_json(r: ReplicaRuntime, now: float) -> dict[str, Any]:
         "routable": r.routable(time.monotonic()), "in_flight": r.in_flight, "requests": r.requests,
         "consecutive_failures": r.failures,
     }
+    by_worker = getattr(r, "in_flight_by_worker", None)  # several workers (shared.py): who holds what
+    if by_worker is not None:
+        out["in_flight_by_worker"] = by_worker
     if r.last_used is not None:
         out["last_used"] = _iso(r.last_used)
         out["idle_seconds"] = round(max(0.0, now - r.last_used), 3)
@@ -79,7 +82,7 @@ def _zero() -> dict[str, int]:
 
 
 async def usage_json(router: Router, day: str | None) -> dict[str, Any]:
-    await router.usage_sync.sync()  # what this router counted is in the store before reading
+    await router.flush_usage()  # what this router (each of its workers) counted is in the store before reading
     day = day or router.clock.day(time.time())
     rows = await asyncio.to_thread(router.store.usage, day)
     keys: dict[str, dict[str, Any]] = {}
@@ -123,7 +126,7 @@ def dashboard_sources(router: Router, site_dir: Path) -> DashboardSources:
 def _metrics_route(app: FastAPI, router: Router) -> None:
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        return Response(router.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(await router.render_metrics(), media_type=CONTENT_TYPE)  # every worker's, merged
 
     @app.get("/metrics/engines", include_in_schema=False)
     async def engine_metrics() -> Response:
@@ -147,17 +150,19 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     @app.get("/api/v1/status")
     async def status() -> dict[str, Any]:
         t = router.table
-        return {"serial": t.serial, "lineage": t.lineage, "state_file": str(router.state_path),
+        return {"serial": router.serial, "lineage": t.lineage, "state_file": str(router.state_path),
                 "state_error": router.watcher.error, "engine_keys_error": router.engine_keys.error,
                 "store": router.store.redacted_url,
                 "store_error": router.usage_sync.last_error, "keys": len(router.keys.by_hash),
                 "started_at": router.started_at.isoformat(timespec="seconds"),
-                "on_demand": router.ondemand.activator is not None}
+                "on_demand": router.ondemand.activator is not None,
+                "workers": router.peers.status() if router.peers is not None else {"count": 1}}
 
     @app.get("/api/v1/replicas")
     async def replicas() -> dict[str, Any]:
         t, now = router.table, time.time()
-        return {"serial": t.serial, "replicas": [replica_json(r, now) for r in t.replicas.values()]}
+        # router.serial: with several workers, the lowest any of them routes by
+        return {"serial": router.serial, "replicas": [replica_json(r, now) for r in t.replicas.values()]}
 
     @app.get("/api/v1/replicas/{replica_id}")
     async def replica(replica_id: str) -> JSONResponse:
@@ -170,7 +175,7 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     @app.get("/api/v1/models")
     async def models() -> dict[str, Any]:
         t = router.table
-        return {"serial": t.serial,
+        return {"serial": router.serial,
                 "models": [model_json(router, e) for e in sorted(t.models.values(), key=lambda e: e.name)]}
 
     @app.get("/api/v1/usage")

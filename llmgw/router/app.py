@@ -20,9 +20,10 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from fastapi import FastAPI, Request
@@ -45,25 +46,49 @@ from llmgw.router.proxy import Proxy
 from llmgw.router.quotas import Quotas
 from llmgw.router.responses import ResponseAffinity
 from llmgw.router.settings import RouterSettings
+from llmgw.router.shared import SharedRuntime, SharedTable
 from llmgw.router.statewatch import StateWatcher
-from llmgw.router.table import ModelEntry, RoutingTable
+from llmgw.router.table import ModelEntry, ReplicaRuntime, RoutingTable
 from llmgw.router.usage import Clock, UsageRecorder, UsageSync
-from llmgw.state import State
+from llmgw.state import Replica, State
 from llmgw.store import Store
 
 log = logging.getLogger("llmgw.router")
 
 
+class Peers(Protocol):
+    """The other processes of a router with several workers, as its admin side sees them
+    (workers.py): what only they know, gathered when the admin API is asked."""
+
+    async def render_metrics(self, own: RouterMetrics) -> bytes:
+        """/metrics for the router as a whole: `own` (this process) merged with every worker's."""
+
+    async def flush_usage(self) -> None:
+        """Every worker's counted usage written to the store."""
+
+    def status(self) -> dict[str, Any]:
+        """The workers: how many, their pids, which are ready, restarts."""
+
+
 class Router:
-    """Everything one router process knows and does, apart from listening."""
+    """Everything one router process knows and does, apart from listening.
+
+    With several workers (workers.py) every worker runs one, with `shared` (its row of
+    the shared counters) and `reports_load` off; the supervisor runs one for the admin API
+    with `shared` as a reader and `peers` set, so in-flight counts, drains and /metrics
+    answer for every worker."""
 
     def __init__(self, *, state_path: Path, store: Store, session: aiohttp.ClientSession,
-                 settings: RouterSettings | None = None, activator: Activator | None = None) -> None:
+                 settings: RouterSettings | None = None, activator: Activator | None = None,
+                 shared: SharedTable | None = None, reports_load: bool = True) -> None:
         self.settings = settings = settings or RouterSettings()
         self.state_path = state_path
         self.store = store
         self.session = session
-        self.table = RoutingTable.empty()
+        self.shared = shared
+        self.reports_load = reports_load
+        self.peers: Peers | None = None
+        self.table = RoutingTable.empty(self._runtime if shared is not None else None)
         self.started_at = datetime.now(UTC)
         self._changed = asyncio.Event()
         self.metrics = RouterMetrics(lambda: self.table)
@@ -92,6 +117,9 @@ class Router:
         for name, coro in (("state", self.watcher.run()), ("health", self.health.run()),
                            ("keys", self.keys.run()), ("usage", self.usage_sync.run()),
                            ("idle", self.ondemand.run_reports()), ("watchdog", self.proxy.watchdog())):
+            if name == "idle" and not self.reports_load:
+                coro.close()  # the supervisor reports load to the controller once for every worker
+                continue
             self._tasks.append(asyncio.create_task(coro, name=f"llmgw-router-{name}"))
 
     async def stop(self) -> None:
@@ -103,14 +131,39 @@ class Router:
         with contextlib.suppress(Exception):
             await self.usage_sync.sync()  # the last counts of this process
 
+    async def flush_usage(self) -> None:
+        """What this router counted (every worker's, with several) is in the store."""
+        await self.usage_sync.sync()
+        if self.peers is not None:
+            await self.peers.flush_usage()
+
+    async def render_metrics(self) -> bytes:
+        if self.peers is not None:
+            return await self.peers.render_metrics(self.metrics)
+        return self.metrics.render()
+
     # -- state ---------------------------------------------------------------------------
+    def _runtime(self, record: Replica, live: Collection[str]) -> ReplicaRuntime:
+        assert self.shared is not None
+        return SharedRuntime(record, self.shared, live)
+
     def apply_state(self, state: State) -> None:
         old = self.table
-        self.table = RoutingTable(state, old.replicas)
+        self.table = RoutingTable(state, old.replicas, self._runtime if self.shared is not None else None)
+        if self.shared is not None:
+            self.shared.routing_by(state.serial)
         if old.serial != state.serial or old.lineage != state.lineage:
             log.info("routing by state serial %d (%d models, %d replicas)", state.serial,
                      len(state.models), len(state.replicas))
         self.notify()
+
+    @property
+    def serial(self) -> int:
+        """The state serial this router routes by: with several workers, the lowest any
+        worker routes by (the supervisor's admin API says what the router as a whole holds)."""
+        if self.shared is not None and self.shared.row is None:
+            return min(self.table.serial, self.shared.held_serial())
+        return self.table.serial
 
     def notify(self) -> None:
         """Wake whoever waits for the table or a replica's health to change."""

@@ -2,6 +2,9 @@
 
 The client, admin and metrics listeners are separate uvicorn servers sharing one
 loop and one `Router`, so they see the same table and counters without any IPC.
+With several workers (workers.py) the same object runs in each worker (the client
+listener alone, on the socket the supervisor bound) and in the supervisor (the admin
+and metrics listeners alone, reading the workers' shared counters).
 Signals are handled here once for all of them (uvicorn's own handling would only
 stop the last server started). On stop, listeners close first, in-flight requests get
 `graceful_timeout` seconds to finish, then the background loops stop and the last
@@ -26,10 +29,11 @@ import uvicorn
 
 from llmgw.errors import UsageError
 from llmgw.router.admin import admin_app, metrics_app
-from llmgw.router.app import Router, client_app
+from llmgw.router.app import Peers, Router, client_app
 from llmgw.router.limits import LimitedHttp, guard
 from llmgw.router.ondemand import Activator
 from llmgw.router.settings import RouterSettings
+from llmgw.router.shared import SharedTable
 from llmgw.store import Store
 
 log = logging.getLogger("llmgw.router")
@@ -75,7 +79,8 @@ class _Server(uvicorn.Server):
         yield  # RouterServer handles signals for every listener at once
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (non-blocking), or a UsageError saying why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -94,8 +99,8 @@ def _bind(host: str, port: int) -> socket.socket:
 class RouterServer:
     state_path: Path
     store: Store
-    listen: tuple[str, int]
-    admin_listen: tuple[str, int]
+    listen: tuple[str, int] | None  # None: no client listener (a supervisor of workers)
+    admin_listen: tuple[str, int] | None  # None: no admin listener (a worker)
     metrics_listen: tuple[str, int] | None = None
     settings: RouterSettings = field(default_factory=RouterSettings)
     activator: Activator | None = None
@@ -104,6 +109,14 @@ class RouterServer:
     graceful_timeout: int = 30
     # The site the admin listener's dashboard shows (None: no dashboard).
     site_dir: Path | None = None
+    # A worker's client listener: the socket its supervisor bound (instead of `listen`).
+    client_socket: socket.socket | None = None
+    # Several workers: the shared counters (a worker writes its row; the supervisor reads),
+    # whether this process stops idle on-demand replicas, and the supervisor's view of
+    # its workers for the admin API (app.py Peers).
+    shared: SharedTable | None = None
+    reports_load: bool = True
+    peers: Peers | None = None
     # Filled once listening: listener name -> (host, port) actually bound.
     addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
     router: Router | None = None
@@ -125,17 +138,22 @@ class RouterServer:
         own_session = self.session_factory is None
         session = make_session(self.settings) if self.session_factory is None else self.session_factory()
         router = self.router = Router(state_path=self.state_path, store=self.store, session=session,
-                                      settings=self.settings, activator=self.activator)
+                                      settings=self.settings, activator=self.activator, shared=self.shared,
+                                      reports_load=self.reports_load)
+        router.peers = self.peers
         sockets: list[socket.socket] = []
         try:
             await router.start()
-            plan: list[tuple[str, tuple[str, int], Any]] = [
-                ("client", self.listen, client_app(router)),
-                ("admin", self.admin_listen, admin_app(router, self.site_dir))]
+            plan: list[tuple[str, tuple[str, int] | socket.socket, Any]] = []
+            client = self.client_socket if self.client_socket is not None else self.listen
+            if client is not None:
+                plan.append(("client", client, client_app(router)))
+            if self.admin_listen is not None:
+                plan.append(("admin", self.admin_listen, admin_app(router, self.site_dir)))
             if self.metrics_listen is not None:
                 plan.append(("metrics", self.metrics_listen, metrics_app(router)))
-            for name, (host, port), app in plan:
-                sock = _bind(host, port)
+            for name, where, app in plan:
+                sock = where if isinstance(where, socket.socket) else bind(*where)
                 sockets.append(sock)
                 self.addresses[name] = sock.getsockname()[:2]
                 self._servers.append(_Server(self._config(app)))

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+
+def default_workers() -> int:
+    """Worker processes by default: one per CPU this process may run on (its affinity,
+    which a container's or a unit's CPU set narrows), so a router host uses every core."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ ejected the proxy tries them anyway (panic mode) rather than answer 503 to every
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,14 +50,19 @@ class ReplicaRuntime:
         self.model = record.model
         self.state = record.state
         self.endpoint = record.endpoint.rstrip("/")
-        self.in_flight = 0
-        self.requests = 0
-        self.last_used: float | None = None  # wall clock (time.time()) of the last request start or end
+        self._start_counters()
         self.health: Health = "unknown"
         self.failures = 0  # consecutive: a success or a passing health check resets it
         self.ejections = 0  # consecutive ejections: each doubles the next backoff
         self.backoff_until = 0.0  # monotonic: ejected until then
         self.last_error: str | None = None
+
+    def _start_counters(self) -> None:
+        """In flight, requests, last use: plain fields in one process (shared.py keeps them
+        in shared memory when the router runs several workers)."""
+        self.in_flight = 0
+        self.requests = 0
+        self.last_used: float | None = None  # wall clock (time.time()) of the last request start or end
         self.first_seen = time.monotonic()
         self.last_active = self.first_seen  # monotonic: last request start or end, else first seen
 
@@ -207,8 +213,11 @@ class ModelEntry:
 class RoutingTable:
     """An immutable view of one state serial; lookups by name or alias."""
 
-    def __init__(self, state: State, previous: dict[str, ReplicaRuntime] | None = None) -> None:
+    def __init__(self, state: State, previous: dict[str, ReplicaRuntime] | None = None,
+                 runtime: Callable[[Replica, Collection[str]], ReplicaRuntime] | None = None) -> None:
+        """`runtime(record, live_ids)` makes a new replica's runtime (shared.py's with workers)."""
         previous = previous or {}
+        live = [r.id for r in state.replicas]
         self.serial = state.serial
         self.lineage = state.lineage
         self.models: dict[str, ModelEntry] = {m.name: ModelEntry(m) for m in state.models}
@@ -222,7 +231,7 @@ class RoutingTable:
         for rec in state.replicas:
             rt = previous.get(rec.id)
             if rt is None:
-                rt = ReplicaRuntime(rec)
+                rt = ReplicaRuntime(rec) if runtime is None else runtime(rec, live)
             else:
                 rt.update(rec)
             self.replicas[rec.id] = rt
@@ -231,8 +240,8 @@ class RoutingTable:
                 entry.replicas.append(rt)
 
     @classmethod
-    def empty(cls) -> RoutingTable:
-        return cls(State(lineage=""))
+    def empty(cls, runtime: Callable[[Replica, Collection[str]], ReplicaRuntime] | None = None) -> RoutingTable:
+        return cls(State(lineage=""), runtime=runtime)
 
     def resolve(self, name: str) -> ModelEntry | None:
         return self.names.get(name)
