@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmgw.errors import LlmgwError
-from llmgw.store import BenchRecord, CheckRecord, open_store, redact_url
+from llmgw.store import BenchRecord, CheckRecord, Store, open_store, redact_url
 
 
 def bench_json(r: BenchRecord) -> dict[str, Any]:
@@ -42,13 +42,19 @@ def model_results(store_url: str, model: str, *, bench_limit: int = 10, check_ru
     except LlmgwError as exc:
         return {"bench": [], "checks": [], "store": redact_url(store_url), "error": exc.message}
     try:
+        return results_of(store, model, bench_limit=bench_limit, check_runs_limit=check_runs_limit)
+    finally:
+        store.close()
+
+
+def results_of(store: Store, model: str, *, bench_limit: int = 10, check_runs_limit: int = 5) -> dict[str, Any]:
+    """As `model_results`, from a store already open (the router's, for its dashboard)."""
+    try:
         bench = [bench_json(r) for r in store.bench_results(model, bench_limit)]
         checks = check_runs(store.check_results(model, check_runs_limit))
     except LlmgwError as exc:
         return {"bench": [], "checks": [], "store": store.redacted_url, "error": exc.message}
-    finally:
-        store.close()
-    return {"bench": bench, "checks": checks, "store": redact_url(store_url)}
+    return {"bench": bench, "checks": checks, "store": store.redacted_url}
 
 
 def _ms(v: float | None) -> str:

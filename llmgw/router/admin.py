@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from llmgw.probe.results import results_of
 from llmgw.router.app import Router, openai_errors
 from llmgw.router.endpoints import served
 from llmgw.router.engine_metrics import relay as relay_engine_metrics
@@ -120,7 +121,8 @@ def dashboard_sources(router: Router, site_dir: Path) -> DashboardSources:
         entry = router.table.models.get(name)
         return served(r.record.engine for r in entry.replicas) if entry is not None else []
 
-    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage, endpoints=endpoints)
+    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage, endpoints=endpoints,
+                            results=lambda name: results_of(router.store, name))
 
 
 def _metrics_route(app: FastAPI, router: Router) -> None:

@@ -34,6 +34,8 @@ from llmgw.web.history import history_router
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
 # model name -> the endpoints the router forwards for it ("POST /v1/chat/completions", ...)
 EndpointsSource = Callable[[str], list[str]]
+# model name -> its stored bench and check results (llmgw.probe.results.results_of)
+ResultsSource = Callable[[str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class DashboardSources:
     runtime: Callable[[], Runtime]
     usage: UsageSource | None = None
     endpoints: EndpointsSource | None = None
+    results: ResultsSource | None = None
 
 
 def short_endpoint(key: str) -> str:
@@ -128,6 +131,19 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
             return data
         return page("models.html", request, title="Models", view=models_view(data, sources.runtime()),
                     endpoints=sources.endpoints)
+
+    @api.get("/models/{name}", response_class=HTMLResponse, include_in_schema=False)
+    async def model(request: Request, name: str) -> HTMLResponse:
+        """One model with its stored `llmgw bench` and `llmgw check` results."""
+        data = await load(request)
+        if isinstance(data, HTMLResponse):
+            return data
+        view = models_view(data, sources.runtime())
+        rec = next((m for m in view["models"] if name == m["name"] or name in m["aliases"]), None)
+        if rec is None:
+            return not_found(request, f"no model {name!r} in the catalog")
+        results = await asyncio.to_thread(sources.results, rec["name"]) if sources.results else None
+        return page("model.html", request, title=rec["name"], model=rec, results=results)
 
     @api.get("/replicas", response_class=HTMLResponse, include_in_schema=False)
     async def replicas(request: Request, model: str | None = None) -> HTMLResponse:
