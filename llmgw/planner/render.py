@@ -66,8 +66,8 @@ def _replica_lines(new: PlannedReplica | None, old: Replica | None) -> list[str]
     return lines
 
 
-def _block(a: Action, plan: Plan, state: State) -> list[str]:
-    new = next((r for r in plan.desired.replicas if r.id == a.replica), None) if a.action != "destroy" else None
+def _block(a: Action, new_by_id: dict[str, PlannedReplica], old_by_id: dict[str, Replica]) -> list[str]:
+    new = new_by_id.get(a.replica or "") if a.action != "destroy" else None
     sym = _SYMBOL[a.action]
     if a.action == "update":
         return [f"  # model {a.model} will be updated in-place: {a.reason}", f'{sym} model "{a.model}"', ""]
@@ -75,14 +75,14 @@ def _block(a: Action, plan: Plan, state: State) -> list[str]:
         return [f"  # {a.replica} will be created: {a.reason}", f'{sym} replica "{a.replica}" {{',
                 *_replica_lines(new, None), "    }", ""]
     if a.action == "replace":
-        old = state.replica(a.replaces or "")
+        old = old_by_id.get(a.replaces or "")
         return [f"  # {a.replaces} must be replaced by {a.replica}: {a.reason}",
                 f'{sym} replica "{a.replaces}" -> "{a.replica}" {{', *_replica_lines(new, old), "    }", ""]
     if a.stray:
         units = [f'      unit = "{u.unit}" on "{u.node}"' for u in a.units]
         return [f"  # units of {a.replica} will be destroyed: {a.reason}", f'{sym} units "{a.replica}" {{',
                 *units, "    }", ""]
-    old = state.replica(a.replica or "")
+    old = old_by_id.get(a.replica or "")
     body = _replica_lines(None, old) if old else [f'      unit = "{u.unit}" on "{u.node}"' for u in a.units]
     return [f"  # {a.replica} will be destroyed: {a.reason}", f'{sym} replica "{a.replica}" {{', *body, "    }", ""]
 
@@ -111,8 +111,13 @@ def render_plan(plan: Plan, state: State, *, limit: int | None = REJECTIONS_SHOW
         out.append("Actions are shown with these symbols:")
         out.extend(line for kind, line in _LEGEND.items() if kind in present)
         out += ["", "llmgw will perform the following actions:", ""]
+        # Looked up by id once: thousands of actions each scanning every replica was quadratic.
+        new_by_id = {r.id: r for r in plan.desired.replicas}
+        old_by_id: dict[str, Replica] = {}
+        for r in state.replicas:
+            old_by_id.setdefault(r.id, r)  # the first, as State.replica finds it
         for a in plan.actions:
-            out.extend(_block(a, plan, state))
+            out.extend(_block(a, new_by_id, old_by_id))
         kept = sum(r.status == "kept" for r in plan.desired.replicas)
         if kept:
             out += [f"  # ({kept} unchanged replica{'s' if kept != 1 else ''} hidden)", ""]
