@@ -159,6 +159,9 @@ class Controller:
             except LlmgwError as exc:
                 self.status.error = exc.message
                 self.say(f"demand: {exc.message}")
+            except Exception as exc:  # a long-running service: say it, and look again next time
+                log.exception("demand tick failed")
+                self.status.error = f"demand: {type(exc).__name__}: {exc}"
 
     def _fetch(self) -> str:
         assert self.branch is not None
