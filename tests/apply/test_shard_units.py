@@ -113,6 +113,7 @@ def test_vllm_single_node(rendered: tuple[Path, dict[str, str]]) -> None:
     assert after(words, "--port") == "20000"
     assert "--nnodes" not in words and "--headless" not in words
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert env["PYTHONUNBUFFERED"] == "1"  # its log reaches the journal as it starts
     assert "NCCL_IB_HCA" not in env
     verify(tmp_path, "llmgw-big-1-0")
 
