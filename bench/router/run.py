@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
 """What the router adds to a request: latency and throughput, against direct and LiteLLM.
 
-    .venv/bin/python bench/router/run.py [--duration 8] [--rounds 2] [--connections 1,32]
+    .venv/bin/python bench/router/run.py [--duration 8] [--rounds 2] [--connections 1,32] [--workers 1,2]
 
 One command: it starts nginx as a near-zero-cost backend (a canned `chat.completion`
 for POST /v1/chat/completions, and a canned SSE stream under /sse/), then drives
 `wrk` (POST, JSON body, bearer key) at
 
     direct    nginx itself
-    router    `llmgw router serve` (the real CLI: one process, uvloop, auth, metrics, usage)
+    router    `llmgw router serve --workers 1` (the real CLI: one process, uvloop, auth,
+              metrics, usage)
+    router-wN the same with N workers (`--workers`, one per listed count above 1), on
+              N cores: the workers axis (#17)
     litellm   LiteLLM proxy (one worker) on the same backend
 
 for a plain completion and a stream, at each connection count, alternating targets,
 `--rounds` times. The load generator and nginx are pinned to CPU 0 and the proxy to
-CPU 1 with taskset, the same way for every target. It prints p50/p99 latency and
+CPU 1 with taskset, the same way for every target; a router with N workers gets CPUs
+1..N, or every CPU when the machine has no N+1 (then it shares CPU 0 with the load
+generator and nginx, and the printout says so). It prints p50/p99 latency and
 requests/s per target, then the proxies' added latency (target minus direct) and the
-ratios; these machines are noisy, so compare ratios from one run.
+ratios, and for the workers axis the throughput of N workers over one worker at the
+highest connection count (goal: >= 1.7x for 2 workers on 2 free cores) with the CPU
+each request cost; these machines are noisy, so compare ratios from one run.
 
 Exit status 1 when the router's p50 added latency is above a fifth of LiteLLM's.
 
@@ -40,7 +47,7 @@ import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +106,23 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = N
     raise SystemExit(f"bench: {url} did not answer within {timeout:.0f} s")
 
 
-def ensure_tools() -> None:
+def wait_ready(url: str, workers: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Until the router's admin API says all its workers serve."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"bench: the router exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if json.load(r).get("workers", {}).get("ready") == workers:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"bench: {workers} router workers were not all serving within {timeout:.0f} s")
+
+
+def ensure_tools(litellm_too: bool = True) -> None:
     missing = [p for p, b in (("nginx-light", "nginx"), ("wrk", "wrk")) if shutil.which(b) is None
                and not Path(f"/usr/sbin/{b}").exists()]
     if missing:
@@ -111,7 +134,7 @@ def ensure_tools() -> None:
         subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=True,
                        env=env, stdout=subprocess.DEVNULL)
     litellm = BENCH_VENV / "bin" / "litellm"
-    if not litellm.exists():
+    if litellm_too and not litellm.exists():
         print(f"bench: installing LiteLLM into {BENCH_VENV} (once; a few minutes)", flush=True)
         subprocess.run(["python3", "-m", "venv",
                         str(BENCH_VENV)], check=True)
@@ -228,19 +251,24 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="runs per target and case (alternating)")
     ap.add_argument("--connections", default="1,32", help="connection counts, comma-separated")
     ap.add_argument("--targets", default="direct,router,litellm")
+    ap.add_argument("--workers", default="1,2", help="router worker counts (the workers axis), comma-separated")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, configs)")
     ap.add_argument("--json", dest="json_out", type=Path, help="also write the raw results here")
     args = ap.parse_args()
-    ensure_tools()
     conns = [int(c) for c in args.connections.split(",")]
+    workers = sorted({int(w) for w in args.workers.split(",")})
     targets = args.targets.split(",")
+    if "router" in targets:
+        targets += [f"router-w{w}" for w in workers if w > 1]
+    ensure_tools("litellm" in targets)
+    cpus = sorted(os.sched_getaffinity(0))
 
     from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard, State, write_state
     from llmgw.store import open_store
 
     work = Path(tempfile.mkdtemp(prefix="llmgw-bench-"))
     work.chmod(0o755)  # nginx workers run as nobody when started by root
-    nginx_port, router_port, admin_port, litellm_port = (free_port() for _ in range(4))
+    nginx_port, litellm_port = free_port(), free_port()
     backend = f"http://127.0.0.1:{nginx_port}"
 
     scaling = ScalingRecord(min=1, max=1, idle_timeout=0)
@@ -269,25 +297,41 @@ def main() -> int:
            "NO_PROXY": "*", "PYTHONUNBUFFERED": "1"}
     venv_bin = Path(sys.executable).parent
     llmgw_bin = venv_bin / "llmgw"
-    router_argv = [str(llmgw_bin) if llmgw_bin.exists() else sys.executable, *([] if llmgw_bin.exists() else
-                   ["-c", "from llmgw.cli import main; main()"]),
-                   "router", "serve", "--state", str(work / "state.json"), "--listen", f"127.0.0.1:{router_port}",
-                   "--admin-listen", f"127.0.0.1:{admin_port}", "--store", store_url, "--log-level", "warning"]
+    llmgw_argv = ([str(llmgw_bin)] if llmgw_bin.exists()
+                  else [sys.executable, "-c", "from llmgw.cli import main; main()"])
     litellm_argv = [str(BENCH_VENV / "bin" / "litellm"), "--config", str(work / "litellm.yaml"),
                     "--host", "127.0.0.1", "--port", str(litellm_port), "--num_workers", "1"]
 
-    print(f"bench: work dir {work}; nginx :{nginx_port}, router :{router_port}, litellm :{litellm_port}",
-          flush=True)
+    print(f"bench: work dir {work}; nginx :{nginx_port}, litellm :{litellm_port}", flush=True)
     results: dict[tuple[str, str, int], list[dict[str, float]]] = defaultdict(list)
-    with (process(pinned(LOAD_CPU, ["nginx", "-c", str(nginx_conf(work, nginx_port))]), work / "nginx.log"),
-          process(pinned(PROXY_CPU, router_argv), work / "router.log", env) as router,
-          process(pinned(PROXY_CPU, litellm_argv), work / "litellm.log", env) as litellm):
+    with ExitStack() as stack:
+        stack.enter_context(process(pinned(LOAD_CPU, ["nginx", "-c", str(nginx_conf(work, nginx_port))]),
+                                    work / "nginx.log"))
         wait_http(backend + "/health", 10)
-        wait_http(f"http://127.0.0.1:{admin_port}/health", 60, router)
-        wait_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", 180, litellm)
-        pids = {"router": router.pid, "litellm": litellm.pid}
-        urls = {"direct": (backend, "canned", key), "router": (f"http://127.0.0.1:{router_port}", "canned", key),
-                "litellm": (f"http://127.0.0.1:{litellm_port}", "canned", litellm_key)}
+        pids: dict[str, int] = {}
+        urls = {"direct": (backend, "canned", key)}
+        for t in targets:
+            if t == "router" or t.startswith("router-w"):
+                n = 1 if t == "router" else int(t.removeprefix("router-w"))
+                port, admin = free_port(), free_port()
+                where = PROXY_CPU if n == 1 else (",".join(map(str, cpus[1:n + 1])) if len(cpus) > n
+                                                  else ",".join(map(str, cpus)))
+                if n > 1 and len(cpus) <= n:
+                    print(f"bench: {t} runs on CPUs {where}, shared with the load generator and nginx "
+                          f"(this machine has {len(cpus)}): its figures understate what {n} free cores give",
+                          flush=True)
+                argv = [*llmgw_argv, "router", "serve", "--state", str(work / "state.json"),
+                        "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}", "--store", store_url,
+                        "--log-level", "warning", "--workers", str(n)]
+                proc = stack.enter_context(process(pinned(where, argv), work / f"{t}.log", env))
+                wait_http(f"http://127.0.0.1:{admin}/health", 60, proc)
+                if n > 1:  # every worker listening, not only the supervisor
+                    wait_ready(f"http://127.0.0.1:{admin}/api/v1/status", n, proc)
+                pids[t], urls[t] = proc.pid, (f"http://127.0.0.1:{port}", "canned", key)
+            elif t == "litellm":
+                proc = stack.enter_context(process(pinned(PROXY_CPU, litellm_argv), work / "litellm.log", env))
+                wait_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", 180, proc)
+                pids[t], urls[t] = proc.pid, (f"http://127.0.0.1:{litellm_port}", "canned", litellm_key)
         cases = [("completion", False), ("stream", True)]
         for _case, stream in cases:
             for t in targets:  # warm each target once per case
@@ -314,6 +358,7 @@ def main() -> int:
                               f"{r['cpu_ms']:6.3f} CPU ms/req", flush=True)
 
     ok = report(results, targets, conns)
+    workers_axis(results, targets, max(conns), len(cpus))
     if args.json_out:
         args.json_out.write_text(json.dumps({f"{c}|{t}|{n}": v for (c, t, n), v in results.items()}, indent=2))
     if not args.keep:
@@ -350,6 +395,24 @@ def report(results: dict[tuple[str, str, int], list[dict[str, float]]], targets:
                       f"router throughput = {rr:.1f}x litellm")
                 ok = ok and ratio <= 0.2
     return ok
+
+
+def workers_axis(results: dict[tuple[str, str, int], list[dict[str, float]]], targets: list[str], c: int,
+                 cpus: int) -> None:
+    """Throughput of N workers over one, at the highest connection count (#17)."""
+    routers = [t for t in targets if t == "router" or t.startswith("router-w")]
+    if len(routers) < 2 or "router" not in routers:
+        return
+    print(f"\nWorkers axis ({c} connections; this machine: {cpus} CPUs; goal: 2 workers >= 1.7x one "
+          "on 2 free cores):")
+    print(f"  {'case':10} {'workers':>7} {'req/s':>9} {'vs 1 worker':>12} {'CPU ms/req':>11}")
+    for case in ("completion", "stream"):
+        one = statistics.median(r["rps"] for r in results[(case, "router", c)])
+        for t in routers:
+            n = 1 if t == "router" else int(t.removeprefix("router-w"))
+            rps = statistics.median(r["rps"] for r in results[(case, t, c)])
+            cpu = statistics.median(r["cpu_ms"] for r in results[(case, t, c)])
+            print(f"  {case:10} {n:7d} {rps:9.0f} {rps / one:11.2f}x {cpu:11.3f}")
 
 
 if __name__ == "__main__":
