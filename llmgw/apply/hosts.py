@@ -94,6 +94,11 @@ class Hosts:
                 if isinstance(got, int):
                     total = info.get("total")
                     progress("weights", event.host, got, total if isinstance(total, int) else None)
+                    # A progress that also follows downloads by cache entry (apply's feed to the
+                    # routers' dashboards, llmgw.views.live_downloads) gets the entry's name.
+                    named = getattr(progress, "download", None)
+                    if callable(named) and isinstance(info.get("name"), str):
+                        named(event.host, info["name"], got, total if isinstance(total, int) else None)
             elif event.kind in ("host_ok", "host_skipped"):
                 done[event.host] = done.get(event.host, 0) + 1
                 progress(step, event.host, done[event.host], None)

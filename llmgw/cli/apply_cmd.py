@@ -6,6 +6,7 @@ import hashlib
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich import filesize
@@ -20,6 +21,9 @@ from llmgw.planner.load import load_inputs
 from llmgw.planner.render import render_plan
 from llmgw.state import LockInfo, WriteMeta, backend_for, git_commit, lock_waiting
 
+if TYPE_CHECKING:
+    from llmgw.views.live_downloads import DownloadFeed
+
 
 class StepBars:
     """One rich bar per (step, host): bytes for downloads, tasks done otherwise."""
@@ -28,6 +32,12 @@ class StepBars:
         self.progress = progress
         self.tasks: dict[tuple[str, str], TaskID] = {}
         self.started = time.monotonic()
+        self.feed: DownloadFeed | None = None  # the downloads, to the routers' dashboards
+
+    def download(self, host: str, name: str, done: int, total: int | None) -> None:
+        """A download by cache entry (llmgw.apply.hosts): on to the dashboards' feed."""
+        if self.feed is not None:
+            self.feed.reading(host, name, done, total)
 
     def __call__(self, step: str, host: str, done: int, total: int | None) -> None:
         downloading = step == "weights"
@@ -115,8 +125,14 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
         ui = StepBars(bars)
         say = ui.say if err_console.is_terminal else (
             lambda line: err_console.print(f"{time.monotonic() - started:6.1f}s > {line}", markup=False))
-        outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say, backend=backend,
-                              meta=meta).run()
+        from llmgw.views.live_downloads import download_feed  # httpx and the tunnels: only when applying
+
+        ui.feed = download_feed(site, plan, say=say)
+        try:
+            outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say, backend=backend,
+                                  meta=meta).run()
+        finally:
+            ui.feed.close()  # the dashboards drop the downloads
     took = time.monotonic() - started
     console.print(f"Apply complete! {len(outcome.created)} added, {len(outcome.destroyed)} destroyed"
                   + (f", {len(outcome.strays)} stray units removed" if outcome.strays else "")

@@ -32,11 +32,18 @@ def shard_text(node: str, gpus: list[int]) -> str:
 
 
 def download_text(progress: Mapping[str, Any]) -> str:
+    """`3.0 GiB of 9.0 GiB (33%)`, then the rate and time left when apply's feed knows them."""
     done = int(progress.get("bytes") or 0)
     total = progress.get("total")
     if isinstance(total, int) and total > 0:
-        return f"{human_bytes(done)} of {human_bytes(total)} ({percent(done, total):.0f}%)"
-    return f"{human_bytes(done)} so far (size not known)"
+        text = f"{human_bytes(done)} of {human_bytes(total)} ({percent(done, total):.0f}%)"
+    else:
+        text = f"{human_bytes(done)} so far (size not known)"
+    if isinstance(progress.get("rate"), int | float):
+        text += f", {human_bytes(int(progress['rate']))}/s"
+    if isinstance(progress.get("eta_seconds"), int | float):
+        text += f", {duration(float(progress['eta_seconds']))} left"
+    return text
 
 
 def _errors(data: SiteData, r: Replica, rt: Mapping[str, Any] | None, runtime: Runtime) -> list[str]:
@@ -85,6 +92,7 @@ def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
             p = downloads.get((s.node, name))
             if p is not None:
                 dl.append({"node": s.node, "bytes": int(p.get("bytes") or 0), "total": p.get("total"),
+                           "rate": p.get("rate"), "eta_seconds": p.get("eta_seconds"),
                            "percent": percent(int(p.get("bytes") or 0), int(p["total"]))
                            if isinstance(p.get("total"), int) and p["total"] else None,
                            "text": f"downloading on {s.node}: {download_text(p)}"})

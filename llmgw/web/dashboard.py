@@ -1,4 +1,5 @@
-"""The dashboard's routes. Read-only: every route is a GET and nothing here writes.
+"""The dashboard's routes. Read-only, but for one POST: apply's download progress
+(`/api/v1/downloads`, llmgw.views.live_downloads), kept in memory and only shown.
 
 The dashboard needs a site (catalog, inventory, facts, state) besides the router: the
 router is started with one (`llmgw -C SITE router serve`) and its admin app
@@ -10,6 +11,7 @@ host can hand in its own — and this package never imports the router.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +26,7 @@ from llmgw.errors import FabricError, LlmgwError
 from llmgw.state.summary import site_state_summary, summary_line
 from llmgw.views import Runtime, SiteData, SiteDataCache
 from llmgw.views.fabrics import fabric_drawing, fabrics_list
+from llmgw.views.live_downloads import DownloadBoard
 from llmgw.views.models import models_view, placement_failures
 from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
@@ -32,6 +35,7 @@ from llmgw.views.text import duration, human_bytes
 from llmgw.web.history import history_router
 
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
+MAX_DOWNLOADS_BODY = 4 * 1024 * 1024
 # model name -> the endpoints the router forwards for it ("POST /v1/chat/completions", ...)
 EndpointsSource = Callable[[str], list[str]]
 # model name -> its stored bench and check results (llmgw.probe.results.results_of)
@@ -44,6 +48,8 @@ class DashboardSources:
     runtime: Callable[[], Runtime]
     usage: UsageSource | None = None
     endpoints: EndpointsSource | None = None
+    # apply's download progress as posted to this dashboard; None: one of its own
+    downloads: DownloadBoard | None = None
     results: ResultsSource | None = None
 
 
@@ -77,6 +83,7 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
     env = _env()
     api = APIRouter()
     css = _stylesheet()
+    board = sources.downloads or DownloadBoard()
 
     def page(template: str, request: Request, status_code: int = 200, **ctx: Any) -> HTMLResponse:
         html = env.get_template(template).render(path=request.url.path, now=datetime.now(UTC), **ctx)
@@ -105,7 +112,7 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         # Who wrote the state and who holds its lock (a PostgreSQL state's history), off the loop.
         state = await asyncio.to_thread(site_state_summary, data.site)
         return page("overview.html", request, title="Overview", view=view, site=str(data.site.root),
-                    state_line=summary_line(state))
+                    state_line=summary_line(state), downloads=board.current()["downloads"])
 
     @api.get("/nodes", response_class=HTMLResponse, include_in_schema=False)
     async def nodes(request: Request) -> HTMLResponse:
@@ -150,8 +157,9 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        view = replicas_view(data, sources.runtime(), datetime.now(UTC), model=model or None)
-        return page("replicas.html", request, title="Replicas", view=view)
+        view = replicas_view(data, sources.runtime(), datetime.now(UTC), model=model or None,
+                             downloads=board.by_node())
+        return page("replicas.html", request, title="Replicas", view=view, downloads=board.current()["downloads"])
 
     @api.get("/failures", response_class=HTMLResponse, include_in_schema=False)
     async def failures(request: Request) -> HTMLResponse:
@@ -192,6 +200,22 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         nodes = set(data.inventory.nodes)
         return page("fabric.html", request, title=f"Fabric {f.id}", fabric=summary, drawing=fabric_drawing(f),
                     nodes=sorted(h for h in f.hosts if h in nodes))
+
+    @api.post("/api/v1/downloads", include_in_schema=False)
+    async def post_downloads(request: Request) -> Response:
+        """Apply's download progress (llmgw.views.live_downloads.DownloadFeed), every couple of seconds."""
+        if int(request.headers.get("content-length") or 0) > MAX_DOWNLOADS_BODY:
+            return JSONResponse({"error": {"message": "too large", "type": "invalid_request", "code": 413}}, 413)
+        try:
+            board.post(json.loads(await request.body()))
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request", "code": 400}}, 400)
+        return Response(status_code=204)
+
+    @api.get("/api/v1/downloads")
+    async def downloads_json() -> JSONResponse:
+        """The downloads apply is running: host, cache entry, bytes, total, rate, ETA, replicas."""
+        return JSONResponse(board.current())
 
     @api.get("/api/v1/fabrics")
     async def fabrics_json() -> JSONResponse:

@@ -1,0 +1,225 @@
+"""Apply's weights downloads, live on the dashboard: bytes, rate and ETA per host and replica.
+
+Apply follows every download (the weights_progress module, polled by Ansible) and hands
+each reading to a `DownloadFeed` (llmgw.cli.apply_cmd). The feed works out rates and
+ETAs, names the replicas each download is for (the plan's replicas with that cache entry
+on that host), and every couple of seconds posts the list to each router's dashboard
+(`POST /api/v1/downloads` on the admin listener, through the same SSH tunnels the views
+use, kept open while apply runs), from a thread of its own: a slow or absent router
+never slows apply. The router keeps the list in memory in a `DownloadBoard`, forgets
+it when apply says it is done or stops reporting, and the dashboard draws it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from llmgw.errors import LlmgwError
+from llmgw.inventory import load_inventory
+from llmgw.views import tunnel
+from llmgw.views.tunnel import AdminRoute, routes_for
+
+if TYPE_CHECKING:
+    from llmgw.planner import Plan
+    from llmgw.site import Site
+
+POST_EVERY_S = 2.0
+FORGET_AFTER_S = 60.0  # a list no apply refreshed for this long is gone (apply killed)
+RATE_WINDOW_S = 20.0  # the rate is the bytes over (up to) the last this many seconds
+MAX_ENTRIES = 10_000  # what a router keeps from one post, whatever it is sent
+
+
+@dataclass
+class _Download:
+    host: str
+    name: str
+    total: int | None = None
+    replicas: list[str] = field(default_factory=list)
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, bytes)
+
+    def add(self, when: float, done: int, total: int | None) -> None:
+        if total:
+            self.total = total
+        self.samples.append((when, done))
+        while len(self.samples) > 2 and self.samples[1][0] < when - RATE_WINDOW_S:
+            self.samples.pop(0)
+
+    def rate(self) -> float | None:
+        """Bytes per second over the window; None until two readings apart in time."""
+        (t0, b0), (t1, b1) = self.samples[0], self.samples[-1]
+        if t1 - t0 < 0.5:
+            return None
+        return max(0.0, (b1 - b0) / (t1 - t0))
+
+    def to_json(self) -> dict[str, Any]:
+        done = self.samples[-1][1]
+        rate = self.rate()
+        eta = None
+        if self.total and rate:
+            eta = max(0.0, (self.total - done) / rate)
+        return {"host": self.host, "name": self.name, "bytes": done, "total": self.total,
+                "rate": None if rate is None else round(rate, 1),
+                "eta_seconds": None if eta is None else round(eta, 1), "replicas": list(self.replicas)}
+
+
+class DownloadFeed:
+    """Readings from apply in, the dashboard's list out to every router, every POST_EVERY_S."""
+
+    def __init__(self, routes: Callable[[], Sequence[AdminRoute | tuple[str, str]]],
+                 replicas_for: Callable[[str, str], list[str]], *, say: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, every: float = POST_EVERY_S) -> None:
+        self.routes = routes  # worked out in the feed's thread, at the first download (it reads the inventory)
+        self.replicas_for = replicas_for  # (host, cache name) -> replica ids being fetched for
+        self.say = say
+        self.clock = clock
+        self.every = every
+        self._lock = threading.Lock()
+        self._downloads: dict[tuple[str, str], _Download] = {}
+        self._changed = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed: set[str] = set()
+        self.posts = 0  # lists posted (tests and the report count them)
+
+    def reading(self, host: str, name: str, done: int, total: int | None) -> None:
+        """One poll's reading of one download (apply's weights_progress results)."""
+        with self._lock:
+            d = self._downloads.get((host, name))
+            if d is None:
+                d = self._downloads[(host, name)] = _Download(host, name, replicas=self.replicas_for(host, name))
+            d.add(self.clock(), done, total)
+        self._changed.set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="llmgw-download-feed", daemon=True)
+            self._thread.start()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [d.to_json() for _, d in sorted(self._downloads.items())
+                    if d.total is None or d.samples[-1][1] < d.total]
+
+    def close(self) -> None:
+        """Stop posting and tell every router the downloads are over (apply moved on or ended)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._changed.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        try:
+            routes = list(self.routes())
+        except LlmgwError as exc:
+            self._note("any", exc.message)
+            return
+        for r in routes:
+            if isinstance(r, tuple):
+                self._note(r[0], r[1])
+        reachable = [r for r in routes if isinstance(r, AdminRoute)]
+        if not reachable:
+            return
+        with contextlib.ExitStack() as stack:
+            bases: dict[str, str] = {}
+            while True:
+                self._changed.wait(timeout=self.every)
+                done = self._stop.is_set()
+                self._changed.clear()
+                body = {"updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                        "downloads": [] if done else self.snapshot(), "done": done}
+                for route in reachable:
+                    base = bases.get(route.router)
+                    if base is None:
+                        try:
+                            base = bases[route.router] = stack.enter_context(tunnel.opened(route))
+                        except tunnel.TunnelError as exc:
+                            self._note(route.router, str(exc))
+                            continue
+                    try:
+                        httpx.post(f"{base}/api/v1/downloads", json=body, timeout=5).raise_for_status()
+                        self.posts += 1
+                    except httpx.HTTPError as exc:
+                        bases.pop(route.router, None)  # the tunnel may be gone: open it again next time
+                        self._note(route.router, f"{type(exc).__name__}: {exc}")
+                if done:
+                    return
+                self._stop.wait(timeout=self.every)  # at most one post per period; close() cuts it short
+
+    def _note(self, router: str, why: str) -> None:
+        if router not in self._failed and self.say is not None:
+            self.say(f"download progress does not reach router {router}'s dashboard ({why}); apply goes on")
+        self._failed.add(router)
+
+
+class DownloadBoard:
+    """The router's side: the last list apply posted, until it is done or goes quiet."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._at = 0.0
+        self._body: dict[str, Any] = {"downloads": []}
+
+    def post(self, body: Any) -> None:
+        """Keep a posted list; raises ValueError for a body that is not one."""
+        if not isinstance(body, dict) or not isinstance(body.get("downloads"), list):
+            raise ValueError("expected {\"downloads\": [...]}")
+        rows = []
+        for d in body["downloads"][:MAX_ENTRIES]:
+            row = _row(d)
+            if row is None:
+                raise ValueError(f"not a download: {str(d)[:200]}")
+            rows.append(row)
+        self._body = {"downloads": [] if body.get("done") else rows,
+                      "updated_at": str(body.get("updated_at") or "")[:40]}
+        self._at = self.clock()
+
+    def current(self) -> dict[str, Any]:
+        if self._body["downloads"] and self.clock() - self._at > FORGET_AFTER_S:
+            self._body = {"downloads": []}
+        return self._body
+
+    def by_node(self) -> Mapping[tuple[str, str], Mapping[str, Any]]:
+        """(node, cache name) -> reading: the `downloads` mapping llmgw.views.replicas takes."""
+        return {(d["host"], d["name"]): d for d in self.current()["downloads"]}
+
+
+def _row(d: Any) -> dict[str, Any] | None:
+    """A posted download, checked field by field (whatever posts to the admin listener)."""
+    if not isinstance(d, dict):
+        return None
+    host, name, done, total = d.get("host"), d.get("name"), d.get("bytes"), d.get("total")
+    rate, eta, reps = d.get("rate"), d.get("eta_seconds"), d.get("replicas", [])
+    if not (isinstance(host, str) and isinstance(name, str) and 0 < len(host) <= 255 and 0 < len(name) <= 255):
+        return None
+    if not isinstance(done, int) or done < 0 or not (total is None or (isinstance(total, int) and total > 0)):
+        return None
+    if not all(x is None or (isinstance(x, int | float) and x >= 0) for x in (rate, eta)):
+        return None
+    if not isinstance(reps, list) or not all(isinstance(r, str) and len(r) <= 255 for r in reps):
+        return None
+    return {"host": host, "name": name, "bytes": done, "total": total, "rate": rate, "eta_seconds": eta,
+            "replicas": reps[:100]}
+
+
+def download_feed(site: Site, plan: Plan, *, say: Callable[[str], None] | None = None) -> DownloadFeed:
+    """The feed for one apply of `plan`: to the site's routers (none on a recorded site)."""
+    wanted: dict[tuple[str, str], list[str]] = {}
+    for r in plan.desired.replicas:
+        if r.cache_name:
+            for s in r.shards:
+                wanted.setdefault((s.node, r.cache_name), []).append(r.id)
+
+    def routes() -> list[AdminRoute | tuple[str, str]]:
+        if site.config.recorded or not site.inventory.exists():
+            return []
+        routers = load_inventory(site.inventory).routers
+        return routes_for([routers[n] for n in sorted(routers)])
+
+    return DownloadFeed(routes, lambda host, name: sorted(wanted.get((host, name), [])), say=say)
