@@ -24,7 +24,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from llmgw.apply import hosts_for
+from llmgw.apply import hosts_for, wiring
 from llmgw.controller import Controller
 from llmgw.facts.cache import read_facts
 from llmgw.site import Site
@@ -36,9 +36,13 @@ pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.postgres, pytest.
 
 
 @pytest.fixture
-def site_a(tmp_path: Path) -> Iterator[Lab]:
+def site_a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
     with lab(tmp_path, nodes=2, prefix="llmgw-state") as it:
         it.ok("facts")
+        # The routers keep the wheel the test starts with: edits to llmgw/ in a shared checkout
+        # during the run would otherwise reinstall and restart them under the client's requests.
+        built = wiring.wheelhouse()
+        monkeypatch.setattr(wiring, "wheelhouse", lambda: built)
         yield it
 
 

@@ -1,0 +1,119 @@
+"""The controller's demand loop (llmgw.controller.scaler) without hosts: plans and the Applier are
+stood in for, so what is tested is its own bookkeeping: one action at a time, each a run with its
+reason, the activation's status for the routers, a failed apply or a held lock told as such."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmgw.controller import Controller
+from llmgw.controller import scaler as scaler_mod
+from llmgw.controller.demand import ReplicaLoad, Report
+from llmgw.errors import RunnerError
+from llmgw.planner import Action, Desired, Plan, Summary
+from llmgw.state import LockHeld, LockInfo, Replica, Shard, WriteMeta
+from tests.controller.test_demand_api import make_site
+
+
+def replica(rid: str) -> Replica:
+    return Replica(id=rid, model="new", profile="cpu", engine="llamacpp", state="ready",
+                   endpoint="http://192.0.2.9:20000", shards=[Shard(node="n1", rank=0, port=20000, unit=f"u-{rid}")])
+
+
+class FakeApplier:
+    """Carries a one-action plan out on the state alone, like the Applier would on hosts."""
+
+    fail: Exception | None = None
+
+    def __init__(self, ctl: Controller, plan: Plan) -> None:
+        self.ctl, self.plan = ctl, plan
+
+    def run(self) -> Any:
+        if FakeApplier.fail is not None:
+            raise FakeApplier.fail
+        state = self.ctl.backend.read()
+        (a,) = self.plan.actions
+        reps = [*state.replicas, replica(a.replica or "")] if a.action == "create" else \
+            [r for r in state.replicas if r.id != a.replica]
+        new = self.ctl.backend.write(state.model_copy(update={"replicas": reps}), expect_serial=state.serial,
+                                     meta=WriteMeta("test"))
+        return type("Outcome", (), {"created": [1] if a.action == "create" else [],
+                                    "destroyed": [1] if a.action == "destroy" else [], "serial": new.serial})()
+
+
+@pytest.fixture
+def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Controller:
+    site = make_site(tmp_path / "site")
+    c = Controller(site, branch=None, say=lambda _l: None)
+    made = iter(range(1, 100))
+
+    def activation_plan(_inputs: Any, model: str, **_kw: Any) -> Plan:
+        return Plan(state_serial=0, state_lineage="", summary=Summary(add=1), desired=Desired(),
+                    actions=[Action(action="create", replica=f"{model}-{next(made)}", model=model, code="demand",
+                                    reason="test")])
+
+    monkeypatch.setattr(scaler_mod, "activation_plan", activation_plan)
+    monkeypatch.setattr(scaler_mod, "load_inputs", lambda _site: None)
+    monkeypatch.setattr(scaler_mod, "applier_for", lambda _site, plan, **_kw: FakeApplier(c, plan))
+    FakeApplier.fail = None
+    return c
+
+
+def report(ctl: Controller, **idle: float) -> None:
+    ctl.scaler.reports.add(Report(router="r1", process="1", at=time.monotonic(),
+                                  replicas={rid: ReplicaLoad(0, s) for rid, s in idle.items()}))
+
+
+def test_an_ask_becomes_one_activation_run_and_idle_becomes_a_stop_run(ctl: Controller) -> None:
+    for _ in range(3):
+        assert ctl.scaler.ask("new", lambda _m: False).status == "pending"
+    ctl.demand_tick()
+    (run,) = ctl.runs.all()
+    assert run.status == "applied" and run.summary == ("demand: activate new 0 -> 1 replicas: no replica running and a router "
+                                                    "asked for it")
+    assert ctl.scaler.activation("new").status == "ready"  # type: ignore[union-attr]
+    ctl.demand_tick()
+    assert len(ctl.runs.all()) == 1  # served: nothing more to do
+    # new's idle_timeout is the catalog default (30m): a router reporting it idle that long stops it.
+    with ctl.backend.lock("test"):
+        s = ctl.backend.read()
+        ctl.backend.write(s.model_copy(update={"replicas": [r.model_copy(update={"created_at": None})
+                                                            for r in s.replicas]}), expect_serial=s.serial)
+    report(ctl, **{"new-1": 1700.0})
+    ctl.demand_tick()
+    assert len(ctl.runs.all()) == 1  # 1700 s < 1800 s
+    report(ctl, **{"new-1": 1801.0})
+    ctl.demand_tick()
+    stop = ctl.runs.all()[0]
+    assert stop.status == "applied" and stop.summary.startswith("demand: stop-idle new 1 -> 0 replicas: no request")
+    assert ctl.backend.read().replicas == []
+    view = ctl.scaler.view()["models"]["new"]
+    assert view["current"] == 1 and view["last_decision"].startswith("stop-idle (run 2)")
+
+
+def test_a_failed_apply_is_a_failed_run_and_the_routers_are_told_why(ctl: Controller) -> None:
+    FakeApplier.fail = RunnerError("engines failed on n1")
+    ctl.scaler.ask("new", lambda _m: False)
+    ctl.demand_tick()
+    (run,) = ctl.runs.all()
+    assert run.status == "failed" and "engines failed on n1" in run.log
+    answer = ctl.scaler.activation("new")
+    assert answer is not None and answer.status == "failed" and "engines failed on n1" in answer.reason
+    assert ctl.scaler.ask("new", lambda _m: False).status == "failed"  # told for a while, not retried at once
+
+
+def test_a_held_state_lock_leaves_the_activation_pending(ctl: Controller) -> None:
+    FakeApplier.fail = LockHeld("locked", holder=LockInfo("x", "a person's apply", "apply", None, None), hint="")
+    ctl.scaler.ask("new", lambda _m: False)
+    ctl.demand_tick()
+    assert ctl.runs.all()[0].status == "failed" and "a person's apply" in ctl.runs.all()[0].log
+    assert ctl.scaler.activation("new").status == "pending"  # type: ignore[union-attr]
+    FakeApplier.fail = None
+    ctl.demand_tick()
+    assert ctl.runs.all()[0].status == "applied" and len(ctl.backend.read().replicas) == 1
+
+

@@ -1,0 +1,229 @@
+"""Demand drives the fleet (#16), on one lab of three hosts, two of them routers.
+
+The controller runs here (the bastion), following no branch (`branch=None`: the site as it
+is), its demand API on the lab network's gateway so the routers in the containers reach it;
+apply hands the routers its token and the inventory names its URL. The catalog makes `tiny`
+a `min: 0` model with short timings.
+
+1. Ten concurrent first requests through router 1 (half streamed) all succeed, with one
+   activation run.
+2. Traffic through router 2 alone keeps the replica past its idle_timeout (router 1 reports
+   it idle the whole time); with no traffic on either router it is stopped.
+3. A load ramp through both routers takes tiny from one replica to max (3), and after the
+   load stops back down to min (0), with zero failed requests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+import uvicorn
+
+from llmgw.apply import hosts_for, wiring
+from llmgw.apply.controller_token import router_token_for
+from llmgw.controller import Controller
+from llmgw.controller.api import demand_app
+from llmgw.inventory import load_inventory
+from llmgw.site import Site
+from llmgw.yamlio import atomic_write, dumps_yaml, load_yaml
+from tests.support.lab import Lab, lab
+from tests.support.net import free_port
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+IDLE = 25  # seconds: tiny's idle_timeout in this test's catalog
+CATALOG = f"""\
+models:
+  - name: tiny
+    source: file:///srv/models/tiny.gguf
+    scaling: {{min: 0, max: 3, idle_timeout: {IDLE}s, target_in_flight: 2, up_cooldown: 5s,
+               down_cooldown: 10s, activation_timeout: 4m}}
+    profiles:
+      - name: cpu
+        engine: llamacpp
+        gpus: 0
+        min_memory_gb: 1
+        args: ["--ctx-size", "2048"]
+"""
+MESSAGES: Any = [{"role": "user", "content": "hi"}]
+
+
+class Demand:
+    def __init__(self, lab_: Lab, ctl: Controller, keys: dict[str, str]) -> None:
+        self.lab = lab_
+        self.ctl = ctl
+        inv = load_inventory(lab_.site / "hosts.yml")
+        self.urls = [f"http://{inv.routers[h].mgmt_address}:8000/v1" for h in sorted(inv.routers)]
+        self.key = keys["key"]
+
+    def client(self, router: int, timeout: float = 300) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.urls[router], api_key=self.key, max_retries=0, timeout=timeout)
+
+    def runs(self, kind: str) -> list[Any]:
+        return [r for r in self.ctl.runs.all() if r.summary.startswith(f"demand: {kind} tiny")]
+
+    def replicas(self) -> list[str]:
+        return [r.id for r in self.ctl.backend.read().replicas if r.model == "tiny"]
+
+
+def gateway(network: str) -> str:
+    done = subprocess.run(["podman", "network", "inspect", network], capture_output=True, text=True, check=True,
+                          timeout=60)
+    return str(json.loads(done.stdout)[0]["subnets"][0]["gateway"])
+
+
+@pytest.fixture(scope="module")
+def demand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demand]:
+    with lab(tmp_path_factory.mktemp("demand"), nodes=3, prefix="llmgw-demand") as it:
+        (it.site / "catalog" / "tiny.yaml").write_text(CATALOG)
+        port = free_port()
+        url = f"http://{gateway(it.name)}:{port}"
+        hosts = it.site / "hosts.yml"
+        inv = load_yaml(hosts)
+        routers = inv["all"]["children"]["llmgw_routers"]
+        routers["hosts"]["node2"] = None  # a second router
+        routers["vars"] = {"llmgw_router_controller_url": url}
+        atomic_write(hosts, dumps_yaml(inv))
+        it.ok("facts")
+        # The routers keep the wheel the lab starts with: other engineers editing llmgw/ in a
+        # shared checkout would otherwise make each of the controller's applies reinstall and
+        # restart the routers in the middle of the test's traffic.
+        built = wiring.wheelhouse()
+        pin = pytest.MonkeyPatch()
+        pin.setattr(wiring, "wheelhouse", lambda: built)
+        ctl = Controller(it.site, branch=None, grace=30, say=lambda line: print(f"controller: {line}"))
+        token = router_token_for(Site.load(it.site).state_file)
+        server = uvicorn.Server(uvicorn.Config(demand_app(ctl, lambda: token), host=url.split("//")[1].split(":")[0],
+                                               port=port, log_level="warning"))
+        api = threading.Thread(target=server.run, daemon=True)
+        api.start()
+        stop = threading.Event()
+        loop = threading.Thread(target=ctl.serve_forever, args=(3600, stop), kwargs={"demand_interval": 1.0},
+                                daemon=True)
+        try:
+            it.ok("apply", "--auto-approve")  # routers on node1 and node2 learn tiny is on demand
+            assert it.state.replicas == []
+            keys = hosts_for(Site.load(it.site)).create_key("demand")
+            loop.start()
+            d = Demand(it, ctl, keys)
+            wait_until(lambda: ctl.scaler.view()["routers_not_known"] == [] and ctl.scaler.routers, 60,
+                       "both routers to report their load")
+            yield d
+        finally:
+            stop.set()
+            server.should_exit = True
+            api.join(10)
+            if loop.is_alive():
+                loop.join(120)
+            ctl.backend.close()
+            pin.undo()
+
+
+def test_first_requests_activate_once_and_idle_stops_are_fleet_wide(demand: Demand) -> None:
+    d = demand
+    answers: list[str] = []
+    failures: list[str] = []
+
+    def first(i: int) -> None:
+        try:
+            api = d.client(0)
+            if i % 2:
+                chunks = list(api.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=3, stream=True))
+                answers.append("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
+            else:
+                answers.append(api.chat.completions.create(model="tiny", messages=MESSAGES,
+                                                           max_tokens=3).choices[0].message.content or "")
+        except Exception as exc:  # every failure counts
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=first, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(400)
+    assert failures == [] and len(answers) == 10, failures
+    assert len(d.runs("activate")) == 1, [r.summary for r in d.ctl.runs.all()]
+    assert d.runs("activate")[0].status == "applied"
+    (rid,) = d.replicas()
+
+    # Traffic through router 2 alone, for longer than idle_timeout: the replica stays, although
+    # router 1 reports it idle all along.
+    api2 = d.client(1)
+    began = time.monotonic()
+    while time.monotonic() - began < IDLE + 10:
+        assert api2.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2).choices
+        time.sleep(3)  # a client's pace, not a wait for an event
+    assert d.replicas() == [rid] and d.runs("stop-idle") == []
+    r1 = [r for r in d.ctl.scaler.reports.fresh(time.monotonic()) if r.router == "node1"]
+    assert r1 and r1[0].replicas[rid].idle_s >= IDLE
+
+    # No traffic anywhere: stopped after idle_timeout.
+    wait_until(lambda: d.replicas() == [], IDLE + 240, "the idle replica to be stopped")
+    (stopped,) = d.runs("stop-idle")
+    assert stopped.status == "applied" and "no request on any router" in stopped.summary
+    assert all(not us for us in d.lab.active_units().values())
+
+
+class Load(threading.Thread):
+    """Streamed completions one after another through one router; every failure is kept."""
+
+    def __init__(self, api: openai.OpenAI, stop: threading.Event, failures: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.api, self.stop, self.failures, self.ok = api, stop, failures, 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                chunks = list(self.api.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=48,
+                                                               stream=True))
+                assert chunks
+                self.ok += 1
+            except Exception as exc:  # every failure counts, whatever it is
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(demand: Demand) -> None:
+    d = demand
+    stop = threading.Event()
+    failures: list[str] = []
+    workers: list[Load] = []
+    peak = 0
+    try:
+        for n in range(8):  # ramp up: a client more every few seconds, through both routers
+            w = Load(d.client(n % 2), stop, failures)
+            w.start()
+            workers.append(w)
+            if n == 0:
+                wait_until(lambda: len(d.replicas()) == 1, 300, "the first replica")
+        wait_until(lambda: len([r for r in d.ctl.backend.read().replicas if r.state == "ready"]) == 3, 600,
+                   "tiny to scale to its max of 3")
+        peak = len(d.replicas())
+        ups = d.runs("scale-up")
+        assert len(ups) >= 2 and all("target 2 per replica" in r.summary for r in ups)
+        view = d.ctl.scaler.view()["models"]["tiny"]
+        assert view["current"] == 3 and view["last_decision"]
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(120)
+    assert failures == [] and sum(w.ok for w in workers) > 0, failures[:5]
+    assert peak == 3
+    # The load stopped: down to one by draining, then to min (0) once idle on both routers.
+    wait_until(lambda: d.replicas() == [], 600, "tiny to go back to min 0")
+    downs = d.runs("scale-down") + d.runs("stop-idle")
+    assert len(downs) >= 3 and all(r.status == "applied" for r in downs), [r.summary for r in downs]
+    assert all(not us for us in d.lab.active_units().values())
+
+
+@pytest.fixture(autouse=True)
+def _print_runs(demand: Demand) -> Iterator[None]:
+    yield
+    print("runs:", *[f"{r.id} {r.status} {r.summary}" for r in demand.ctl.runs.all()], sep="\n  ")
