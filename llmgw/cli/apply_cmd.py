@@ -19,6 +19,7 @@ from llmgw.errors import UsageError
 from llmgw.planner import Plan, load_plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import render_plan
+from llmgw.runner import default_forks
 from llmgw.state import LockInfo, WriteMeta, backend_for, git_commit, lock_waiting
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def _waiting(holder: LockInfo) -> None:
 @click.option("--auto-approve", is_flag=True, help="Apply without asking (needed when not on a terminal).")
 @click.option("--grace", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="Seconds to wait for drained replicas to finish their requests before stopping them.")
-@click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
+@click.option("--forks", type=click.IntRange(1, 1000), default=default_forks(), show_default=True,
               help="Hosts Ansible works on at once.")
 @click.option("--lock-timeout", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another apply (or the controller) to release the state's lock.")

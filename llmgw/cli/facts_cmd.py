@@ -19,6 +19,7 @@ from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import FactsError
 from llmgw.facts.gather import GatherEvent, GatherReport, gather
+from llmgw.runner import default_forks
 from llmgw.site import Site
 from llmgw.views.text import human_bytes, iso
 
@@ -123,7 +124,7 @@ class _ProgressView:
 
 @click.command("facts")
 @click.option("--limit", "-l", metavar="HOSTS", help="Only these hosts (an Ansible pattern: name, group, glob).")
-@click.option("--forks", type=click.IntRange(1, 1000), default=20, show_default=True,
+@click.option("--forks", type=click.IntRange(1, 1000), default=default_forks(), show_default=True,
               help="Hosts Ansible talks to at once.")
 @click.option("--install-nvml", is_flag=True,
               help="pip-install nvidia-ml-py on hosts that have the NVIDIA driver but not the library.")
