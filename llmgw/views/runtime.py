@@ -74,8 +74,9 @@ Target = str | AdminRoute | tuple[str, str]
 """A router to ask: an admin API URL, a route through SSH (llmgw.views.tunnel), or (router, why it cannot be asked)."""
 
 
-def fetch_runtime(targets: Sequence[Target], *, timeout: float = 2.0, tunnel_timeout: float = 10.0) -> Runtime:
-    """Ask every router's admin API at once, each bounded in time (tunnel + request).
+def fetch_runtime(targets: Sequence[Target], *, timeout: float = 5.0, tunnel_timeout: float = 15.0) -> Runtime:
+    """Ask every router's admin API at once, each bounded in time: `tunnel_timeout` for an SSH
+    tunnel to come up, `timeout` for the answer (20 s at most per router by default).
 
     A router that does not answer is a problem line and a name in `missing`, not an
     error: the views still show everything the site's files know, and what that router
