@@ -59,3 +59,47 @@ def test_the_password_stays_out_of_the_unit_and_every_word_is_quoted(tmp_path: P
     problems = [ln for ln in checked.stderr.splitlines() if "llmgw-controller.service" in ln
                 and "User=" not in ln and "Group=" not in ln]
     assert not problems, checked.stderr
+
+
+def test_the_demand_listener_is_a_word_of_its_own(tmp_path: Path) -> None:
+    unit, _env = render(tmp_path, {"llmgw_controller_demand_listen": "10.0.0.5:8096"})
+    assert '"--demand-listen" "10.0.0.5:8096"' in unit
+    (tmp_path / "plain").mkdir()
+    plain, _env = render(tmp_path / "plain", {})
+    assert "--demand-listen" not in plain
+
+
+ROUTER = REPO / "roles" / "llmgw_router"
+ROUTER_PLAY = """\
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars_files: [{defaults}]
+  vars:
+    _llmgw_router_dir: /opt/llmgw/router/x
+    _llmgw_router_dashboard: false
+  tasks:
+    - ansible.builtin.template: {{src: {role}/templates/llmgw-router.service.j2, dest: "{out}/router.service"}}
+    - ansible.builtin.template: {{src: {role}/templates/router.env.j2, dest: "{out}/router.env"}}
+"""
+
+
+def test_a_router_pointed_at_the_controller_asks_it_and_never_shows_the_token(tmp_path: Path) -> None:
+    """The router's unit runs the controller's client; its URL and name are in the root-only env
+    file; the token (a 0600 file apply writes) is in neither."""
+    (tmp_path / "out").mkdir()
+    play = tmp_path / "play.yml"
+    play.write_text(ROUTER_PLAY.format(defaults=ROUTER / "defaults" / "main.yml", role=ROUTER, out=tmp_path / "out"))
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0"}
+    token = "llmgw-routers-" + "c" * 64
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+                           "-e", json.dumps({"ansible_python_interpreter": sys.executable,
+                                             "llmgw_router_controller_url": "http://10.0.0.5:8096",
+                                             "llmgw_router_controller_token": token})],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    unit = (tmp_path / "out" / "router.service").read_text()
+    secrets = (tmp_path / "out" / "router.env").read_text()
+    assert '"--activator" "llmgw.router.activator:factory"' in unit
+    assert 'LLMGW_CONTROLLER_URL="http://10.0.0.5:8096"' in secrets and 'LLMGW_ROUTER_NAME="localhost"' in secrets
+    assert token not in unit and token not in secrets and token not in done.stdout
