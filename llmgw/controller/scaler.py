@@ -139,6 +139,8 @@ class Scaler:
                 chosen = decision
             elif m.name in asked and demand.ready:
                 self._set(m.name, "ready")
+        for unknown in asked - {m.name for m in catalog}:
+            self._set(unknown, "failed", f"{unknown} is not a model in the catalog")
         if chosen is not None:
             self._carry_out(site, commit, chosen, state)
 

@@ -63,3 +63,7 @@ def test_an_activation_that_cannot_be_placed_is_refused_with_the_reason(tmp_path
     assert view["models"]["new"]["last_decision"].startswith("activate refused: cannot place more of new")
     assert view["activations"] == []
     assert ctl.runs.all() == []  # nothing was applied
+    routers.post("/api/v1/demand/activate", json={"model": "nosuch"}, headers=auth)
+    ctl.demand_tick()
+    unknown = routers.post("/api/v1/demand/activate", json={"model": "nosuch"}, headers=auth).json()
+    assert unknown["status"] == "failed" and unknown["reason"] == "nosuch is not a model in the catalog"

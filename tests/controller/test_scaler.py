@@ -73,8 +73,8 @@ def test_an_ask_becomes_one_activation_run_and_idle_becomes_a_stop_run(ctl: Cont
         assert ctl.scaler.ask("new", lambda _m: False).status == "pending"
     ctl.demand_tick()
     (run,) = ctl.runs.all()
-    assert run.status == "applied" and run.summary == ("demand: activate new 0 -> 1 replicas: no replica running and a router "
-                                                    "asked for it")
+    assert run.status == "applied"
+    assert run.summary == "demand: activate new 0 -> 1 replicas: no replica running and a router asked for it"
     assert ctl.scaler.activation("new").status == "ready"  # type: ignore[union-attr]
     ctl.demand_tick()
     assert len(ctl.runs.all()) == 1  # served: nothing more to do
