@@ -7,59 +7,69 @@
 from __future__ import annotations
 
 import sys
+from importlib import import_module
 from pathlib import Path
 
 import click
 
 from llmgw import __version__
-from llmgw.cli import (
-    apply_cmd,
-    bench_cmd,
-    catalog_cmd,
-    check_cmd,
-    controller_cmd,
-    edit_cmd,
-    fabrics_cmd,
-    facts_cmd,
-    keys_cmd,
-    lab_cmd,
-    output,
-    plan_cmd,
-    router_cmd,
-    show_cmd,
-    site_cmd,
-    state_cmd,
-    views_cmd,
-    weights_cmd,
-)
+from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import LlmgwError
 
-__all__ = ["COMMAND_MODULES", "AppContext", "cli", "main", "pass_app"]
+__all__ = ["VERBS", "AppContext", "cli", "main", "pass_app"]
 
-# Each module lists its click commands in `COMMANDS`; this order is the order of `llmgw --help`.
-COMMAND_MODULES = [
-    site_cmd,
-    catalog_cmd,
-    lab_cmd,
-    facts_cmd,
-    fabrics_cmd,
-    router_cmd,
-    keys_cmd,
-    plan_cmd,
-    show_cmd,
-    apply_cmd,
-    state_cmd,
-    controller_cmd,
-    edit_cmd,
-    views_cmd,
-    bench_cmd,
-    check_cmd,
-    weights_cmd,
-]
+# Verb -> the module under llmgw/cli/ whose `COMMANDS` defines it, in the order of
+# `llmgw --help`. Only the module of the verb being run is imported: `catalog validate`
+# on a pull request need not load Ansible, the router and the HTTP clients first (that
+# was ~1 s of CPU per invocation). tests/cli/test_cli.py checks this table against every
+# module's COMMANDS, so a new command that is missing here fails a test, not a user.
+VERBS: dict[str, str] = {
+    "init": "site_cmd",
+    "catalog": "catalog_cmd",
+    "lab": "lab_cmd",
+    "facts": "facts_cmd",
+    "nodes": "facts_cmd",
+    "fabrics": "fabrics_cmd",
+    "router": "router_cmd",
+    "keys": "keys_cmd",
+    "plan": "plan_cmd",
+    "explain": "plan_cmd",
+    "show": "show_cmd",
+    "apply": "apply_cmd",
+    "state": "state_cmd",
+    "controller": "controller_cmd",
+    "approve": "controller_cmd",
+    "cordon": "edit_cmd",
+    "uncordon": "edit_cmd",
+    "drain": "edit_cmd",
+    "scale": "edit_cmd",
+    "model": "edit_cmd",
+    "status": "views_cmd",
+    "models": "views_cmd",
+    "replicas": "views_cmd",
+    "logs": "views_cmd",
+    "bench": "bench_cmd",
+    "check": "check_cmd",
+    "weights": "weights_cmd",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _LazyGroup(click.Group):
+    """A group that imports a verb's module when the verb is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(VERBS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = VERBS.get(cmd_name)
+        if module is None:
+            return None
+        commands: list[click.Command] = import_module(f"llmgw.cli.{module}").COMMANDS
+        return next((c for c in commands if c.name == cmd_name), None)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path), default=".",
               help="Run as if llmgw was started in DIR (the site folder).")
 @click.version_option(__version__, prog_name="llmgw")
@@ -67,11 +77,6 @@ COMMAND_MODULES = [
 def cli(ctx: click.Context, directory: Path) -> None:
     """Declarative LLM inference on GPU hosts, driven by Ansible and systemd."""
     ctx.obj = AppContext(directory=directory)
-
-
-for _module in COMMAND_MODULES:
-    for _command in _module.COMMANDS:
-        cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:

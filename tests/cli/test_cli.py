@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import pkgutil
 import subprocess
+import sys
+from importlib import import_module
 from pathlib import Path
 
+import llmgw.cli
+from llmgw.cli import VERBS
 from tests.support.cli import run_cli
 
 
@@ -74,3 +79,27 @@ def test_help_lists_commands() -> None:
     assert r.exit_code == 0
     for verb in ("init", "catalog", "models"):
         assert verb in r.stdout
+
+
+def test_every_command_module_is_in_the_verb_table() -> None:
+    """`llmgw` imports a verb's module only when it runs (VERBS); a command defined in a
+    module but missing from the table, or a table entry naming the wrong module, fails here."""
+    defined = {}
+    for info in pkgutil.iter_modules(llmgw.cli.__path__):
+        module = import_module(f"llmgw.cli.{info.name}")
+        for command in getattr(module, "COMMANDS", []):
+            defined[command.name] = info.name
+    assert defined == VERBS
+
+
+def test_a_validate_run_loads_neither_ansible_nor_the_router(tmp_path: Path) -> None:
+    """What a pull request's pipeline runs first stays cheap to start."""
+    probe = ("import sys; from llmgw.cli import main\n"
+             "try:\n    main(['-C', sys.argv[1], 'catalog', 'validate', '--offline'])\n"
+             "except SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ansible_runner', 'ansible', 'aiohttp')"
+             " or m.startswith(('llmgw.router', 'llmgw.apply'))))")
+    assert run_cli("init", str(tmp_path / "site")).exit_code == 0
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site")], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
