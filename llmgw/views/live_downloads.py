@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 POST_EVERY_S = 2.0
 FORGET_AFTER_S = 60.0  # a list no apply refreshed for this long is gone (apply killed)
 RATE_WINDOW_S = 20.0  # the rate is the bytes over (up to) the last this many seconds
+MAX_BACKOFF_S = 30.0  # the longest wait before asking a router that did not answer again
 MAX_ENTRIES = 10_000  # what a router keeps from one post, whatever it is sent
 
 
@@ -88,6 +89,7 @@ class DownloadFeed:
         self._thread: threading.Thread | None = None
         self._failed: set[str] = set()
         self.posts = 0  # lists posted (tests and the report count them)
+        self.failures = 0  # posts that did not reach a router
 
     def reading(self, host: str, name: str, done: int, total: int | None) -> None:
         """One poll's reading of one download (apply's weights_progress results)."""
@@ -126,8 +128,9 @@ class DownloadFeed:
         reachable = [r for r in routes if isinstance(r, AdminRoute)]
         if not reachable:
             return
-        with contextlib.ExitStack() as stack:
-            bases: dict[str, str] = {}
+        tunnels: dict[str, tuple[contextlib.ExitStack, str]] = {}  # router -> its open tunnel, base URL
+        retry_at: dict[str, tuple[float, float]] = {}  # router -> (when to try again, the wait after that)
+        try:
             while True:
                 self._changed.wait(timeout=self.every)
                 done = self._stop.is_set()
@@ -135,26 +138,39 @@ class DownloadFeed:
                 body = {"updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
                         "downloads": [] if done else self.snapshot(), "done": done}
                 for route in reachable:
-                    base = bases.get(route.router)
-                    if base is None:
-                        try:
-                            base = bases[route.router] = stack.enter_context(tunnel.opened(route))
-                        except tunnel.TunnelError as exc:
-                            self._note(route.router, str(exc))
-                            continue
+                    name = route.router
+                    when, wait = retry_at.get(name, (0.0, self.every))
+                    if time.monotonic() < when and not done:
+                        continue  # it failed lately (on a first apply no router runs yet): back off
                     try:
-                        httpx.post(f"{base}/api/v1/downloads", json=body, timeout=5).raise_for_status()
+                        if name not in tunnels:
+                            stack = contextlib.ExitStack()
+                            try:
+                                tunnels[name] = (stack, stack.enter_context(tunnel.opened(route)))
+                            except BaseException:
+                                stack.close()
+                                raise
+                        httpx.post(f"{tunnels[name][1]}/api/v1/downloads", json=body, timeout=5).raise_for_status()
                         self.posts += 1
-                    except httpx.HTTPError as exc:
-                        bases.pop(route.router, None)  # the tunnel may be gone: open it again next time
-                        self._note(route.router, f"{type(exc).__name__}: {exc}")
+                        retry_at.pop(name, None)
+                    except (tunnel.TunnelError, httpx.HTTPError) as exc:
+                        self.failures += 1
+                        if name in tunnels:  # one tunnel per router at most: closed, opened afresh later
+                            tunnels.pop(name)[0].close()
+                        retry_at[name] = (time.monotonic() + wait, min(wait * 2, MAX_BACKOFF_S))
+                        self._note(name, str(exc) if isinstance(exc, tunnel.TunnelError)
+                                   else f"its admin API did not answer: {type(exc).__name__}: {exc}")
                 if done:
                     return
                 self._stop.wait(timeout=self.every)  # at most one post per period; close() cuts it short
+        finally:
+            for stack, _ in tunnels.values():
+                stack.close()
 
     def _note(self, router: str, why: str) -> None:
         if router not in self._failed and self.say is not None:
-            self.say(f"download progress does not reach router {router}'s dashboard ({why}); apply goes on")
+            self.say(f"router {router}'s dashboard does not show download progress ({why}; a router that "
+                     "is not installed yet, on a first apply, cannot); apply goes on")
         self._failed.add(router)
 
 

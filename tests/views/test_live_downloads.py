@@ -118,3 +118,19 @@ def test_apply_feed_reaches_the_dashboard_until_apply_is_done(router: int) -> No
     feed.close()
     assert httpx.get(f"{base}/api/v1/downloads").json()["downloads"] == []
     assert "Downloads in progress" not in httpx.get(f"{base}/", timeout=120).text and feed.posts >= 2
+
+
+def test_a_router_that_does_not_answer_is_asked_less_and_less_and_named_once() -> None:
+    said: list[str] = []
+    closed = f"127.0.0.1:{free_port()}"
+    route = admin_route(Host("router-1", frozenset({"llmgw_routers"}),
+                             vars={"ansible_connection": "local", "llmgw_router_admin_listen": closed}))
+    feed = DownloadFeed(lambda: [route], lambda host, name: [], say=said.append, every=0.05)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 1.6:  # apply's readings keep coming (a first apply: no router runs yet)
+        feed.reading("a", "w", int((time.monotonic() - t0) * 1000), 10_000)
+        time.sleep(0.05)
+    feed.close()
+    # Backing off 0.05, 0.1, 0.2, 0.4, 0.8 s: about 5 tries, not the 32 periods (and a last one at close).
+    assert 2 <= feed.failures <= 8, feed.failures
+    assert len(said) == 1 and said[0].startswith("router router-1's dashboard does not show download progress")
