@@ -273,7 +273,10 @@ class Supervisor:
 
     # -- asking the workers ----------------------------------------------------------------
     async def _ask(self, w: _Worker, command: bytes, timeout: float = ASK_TIMEOUT) -> Any:
-        """Send one command; its answer (JSON), or None when the worker did not give one."""
+        """Send one command; its answer (JSON), or None when the worker did not give one
+        (or is still starting: only the readiness ping waits for that)."""
+        if not w.ready and command != b"p":
+            return None
         async with w.lock:
             if w.reader is None or w.writer is None:
                 return None
