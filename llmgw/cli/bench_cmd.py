@@ -110,7 +110,7 @@ def bench(app: AppContext, model: str, concurrency: int, count: int | None, dura
     record = BenchRecord(
         id=secrets.token_hex(6), model=served.model, profiles=served.profiles, engine=served.engine,
         engine_version=target.engine_version(served.engine, fingerprint), nodes=served.nodes,
-        created_at=datetime.now(UTC).replace(microsecond=0), concurrency=concurrency, requests=fig["requests"],
+        created_at=datetime.now(UTC), concurrency=concurrency, requests=fig["requests"],
         errors=fig["errors"], prompt_tokens=prompt_tokens, max_tokens=max_tokens, duration_s=fig["duration_s"],
         output_tokens_per_s=fig["output_tokens_per_s"], ttft_p50_ms=fig["ttft_p50_ms"],
         ttft_p90_ms=fig["ttft_p90_ms"], itl_p50_ms=fig["itl_p50_ms"], itl_p90_ms=fig["itl_p90_ms"])

@@ -58,7 +58,7 @@ def check(app: AppContext, model: str, only: tuple[str, ...], router_url: str | 
     click.get_current_context().call_on_close(store.close)
     with output.err_console.status(f"Checking {served.model} through {url}"), httpx.Client() as client:
         results, fingerprint = run_checks(client, url, key, served.model, list(only) or CAPABILITIES)
-    now = datetime.now(UTC).replace(microsecond=0)
+    now = datetime.now(UTC)
     run_id = secrets.token_hex(6)
     version = target.engine_version(served.engine, fingerprint)
     store.add_checks([CheckRecord(run_id=run_id, model=served.model, capability=c.capability, status=c.status,

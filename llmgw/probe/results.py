@@ -23,7 +23,8 @@ def bench_json(r: BenchRecord) -> dict[str, Any]:
 
 
 def check_runs(records: Sequence[CheckRecord]) -> list[dict[str, Any]]:
-    """Check records grouped by run, newest first, each with its checks in order."""
+    """Check records grouped by run, newest first, each with its checks in order.
+    (Runs are stamped to the microsecond, so two in one second still sort.)"""
     runs: dict[str, dict[str, Any]] = {}
     for r in records:
         run = runs.setdefault(r.run_id, {

@@ -61,7 +61,7 @@ def _check_one(site: Site, key: str, r: PlannedReplica, wanted: list[str]) -> li
 
     with httpx.Client() as client:
         results, fingerprint = run_checks(client, r.endpoint, key, r.model, wanted)
-    now = datetime.now(UTC).replace(microsecond=0)
+    now = datetime.now(UTC)
     run_id = secrets.token_hex(6)
     version = engine_version(r.engine, fingerprint)
     records = [CheckRecord(run_id=run_id, model=r.model, capability=c.capability, status=c.status, detail=c.detail,
