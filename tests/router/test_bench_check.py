@@ -101,6 +101,11 @@ def test_bench_measures_through_the_router_stores_and_models_shows_it(
     assert "Benchmarks" in text.stdout and build_info(engine) in text.stdout and "No capability checks" in text.stdout
     assert llmgw(tmp_path, "models", "nope", "--no-router").exit_code == 2
 
+    again = llmgw(tmp_path, "bench", "tiny", "-n", "2", "--max-tokens", "4", "--router-url", router.base_url)
+    assert again.exit_code == 0, again.stderr
+    assert "TTFT p50 / p90" in again.stdout and "2 ok, 0 errors" in again.stdout
+    assert "Stored as bench run" in again.stdout
+
 
 def test_bench_refuses_a_bad_key_and_stores_nothing(served: tuple[Engine, RunningRouter], tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
