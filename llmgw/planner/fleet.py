@@ -259,6 +259,15 @@ class Fleet:
         self.fabric_index = fabrics
         self.nodes = [node_view(i, hosts[name], facts.get(name), fabrics) for i, name in enumerate(sorted(hosts))]
         self.by_name = {n.name: n for n in self.nodes}
+        # A shared filesystem is reported by every node that mounts it, each at its own
+        # gathering time: its free space is the least any of them saw, so a newer, fuller
+        # report is never overruled by an older, emptier one.
+        self.disk_free_bytes: dict[str, int] = {}
+        for n in self.nodes:
+            if n.cache_fs is not None and n.disk_key is not None:
+                seen = self.disk_free_bytes.get(n.disk_key)
+                free = n.cache_fs.free_bytes
+                self.disk_free_bytes[n.disk_key] = free if seen is None else min(seen, free)
         self.pending: dict[str, set[str]] = {}  # disk key -> sources coming onto it in this plan
         self.pending_bytes: dict[str, int] = {}
         self.static_sets: dict[StaticKey, list[NodeView]] = {}
@@ -327,7 +336,7 @@ class Fleet:
     def disk_free(self, node: NodeView) -> int | None:
         if node.cache_fs is None or node.disk_key is None:
             return None
-        return node.cache_fs.free_bytes - self.pending_bytes.get(node.disk_key, 0)
+        return self.disk_free_bytes[node.disk_key] - self.pending_bytes.get(node.disk_key, 0)
 
     def take(self, node: NodeView, gpus: Iterable[int], memory_gb: float, port: int | None,
              source: str | None, name: str, size: int | None) -> None:
