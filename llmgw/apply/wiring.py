@@ -25,7 +25,8 @@ def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") 
     artifacts = site.path(site.config.engine_artifacts) if site.config.engine_artifacts else None
     dashboard = {"llmgw_router_site_catalog": str(site.catalog_dir),
                  "llmgw_router_site_facts": str(site.facts_dir) if site.facts_dir.is_dir() else "",
-                 "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else ""}
+                 "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else "",
+                 "llmgw_router_site_prometheus": site.config.prometheus or ""}
     inventory = load_inventory(site.inventory)
     return Hosts(site.inventory, inventory, artifacts=artifacts, forks=forks,
                  engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site),
