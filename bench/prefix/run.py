@@ -14,9 +14,11 @@ llama-server keeps the prompts of its `--slots` slots and nothing more (`--cache
 an engine whose cache holds fewer prefixes than the traffic has, which is when where a
 request lands matters.
 
-One run measures both policies on the same replicas: the catalog says `routing:
-least-load`, apply, a phase; `routing: prefix-affinity`, apply, a phase (`--rounds 2`
-runs them ABBA, so a change in the machine's load falls on both). A phase is
+One run measures both policies side by side: two catalog models of the same weights and
+engine settings, `prefix-bench-ll` (`routing: least-load`) and `prefix-bench-pa`
+(`routing: prefix-affinity`), three replicas each, one of each on every host, made by
+one apply; then a phase on each in turn (`--rounds 2` runs them ABBA, so a change in the
+machine's load falls on both), the idle model's engines idle meanwhile. A phase is
 `--sessions` conversations over `--prefixes` long system prompts (sessions spread evenly
 over them; new prompts each phase, so no phase starts on another's cache), `--turns`
 turns each (a turn appends the answer and a new question), run by `--clients` threads
@@ -50,11 +52,12 @@ import openai  # noqa: E402
 
 from bench.prefix.model import make as make_model  # noqa: E402
 from llmgw.apply import hosts_for  # noqa: E402
+from llmgw.errors import LlmgwError  # noqa: E402
 from llmgw.site import Site  # noqa: E402
 from llmgw.state import read_state  # noqa: E402
 from tests.support.lab import VENV_BIN, Lab, lab  # noqa: E402
 
-MODEL = "prefix-bench"
+MODELS = {"least-load": "prefix-bench-ll", "prefix-affinity": "prefix-bench-pa"}
 LAYERS, EMBD = 4, 256
 # Word pieces the random model's vocabulary holds whole (scripts/make_tiny_gguf.py), so a
 # prompt's length in tokens is predictable: about 2.8 tokens a word.
@@ -66,10 +69,11 @@ _WORDS = ("the of and to in is it you that he was for on are with as his they be
 WORDS = _WORDS.split()
 
 
-def catalog(routing: str, slots: int, ctx: int) -> str:
-    return f"""\
-models:
-  - name: {MODEL}
+def catalog(slots: int, ctx: int) -> str:
+    out = ["models:"]
+    for routing, name in MODELS.items():
+        out.append(f"""\
+  - name: {name}
     source: file:///srv/models/prefix-bench-{LAYERS}x{EMBD}.gguf
     scaling: {{min: 3, max: 3}}
     routing: {routing}
@@ -78,8 +82,8 @@ models:
         engine: llamacpp
         gpus: 0
         min_memory_gb: 1
-        args: ["--ctx-size", "{ctx}", "--parallel", "{slots}", "--cache-ram", "0", "--threads", "1"]
-"""
+        args: ["--ctx-size", "{ctx}", "--parallel", "{slots}", "--cache-ram", "0", "--threads", "1"]""")
+    return "\n".join(out) + "\n"
 
 
 @dataclass
@@ -116,7 +120,7 @@ def session(api: openai.OpenAI, policy: str, system: str, sid: int, turns: int, 
         prompt = cached = 0
         error: str | None = None
         try:
-            for chunk in api.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+            for chunk in api.chat.completions.create(model=MODELS[policy], messages=messages,  # type: ignore[arg-type]
                                                      max_tokens=max_tokens, stream=True,
                                                      stream_options={"include_usage": True}):
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -181,13 +185,22 @@ def llmgw(site: Path, *args: str) -> None:
         sys.exit(f"llmgw {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
-def set_routing(site: Path, routing: str, args: argparse.Namespace) -> None:
-    """The catalog says `routing`; apply delivers it (apply waits until every router holds the new state)."""
-    (site / "catalog" / "bench.yaml").write_text(catalog(routing, args.slots, args.ctx))
+def api_key(site: Path) -> str:
+    """A key in the lab router's store (through Ansible, as `llmgw keys create` does)."""
+    try:
+        return str(hosts_for(Site.load(site)).create_key(f"bench-prefix-{int(time.time())}")["key"])
+    except LlmgwError as exc:
+        sys.exit(f"Error: cannot create an API key on the lab router: {exc.message}\n" + "\n".join(exc.detail))
+
+
+def deploy(site: Path, args: argparse.Namespace) -> None:
+    """Both models, one apply (apply waits until every router holds the new state)."""
+    (site / "catalog" / "bench.yaml").write_text(catalog(args.slots, args.ctx))
     llmgw(site, "apply", "--auto-approve")
     models = {m.name: m for m in read_state(Site.load(site).state_file).models}
-    if models[MODEL].routing != routing:
-        sys.exit(f"the state says routing {models[MODEL].routing} after apply, not {routing}")
+    for routing, name in MODELS.items():
+        if models[name].routing != routing:
+            sys.exit(f"the state says {name} routes by {models[name].routing} after apply, not {routing}")
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -216,24 +229,24 @@ def bench(site: Path, args: argparse.Namespace, own: bool) -> dict[str, Any]:
     if own:  # a throwaway lab: the bench's model alone, nothing else taking CPU
         for other in (site / "catalog").glob("*.y*ml"):
             other.unlink()
-    print(f"bench: model {path.name} ({path.stat().st_size // 2**20} MiB); facts and the first apply "
-          "(three replicas)", flush=True)
+    print(f"bench: model {path.name} ({path.stat().st_size // 2**20} MiB); facts and apply "
+          "(two models of three replicas)", flush=True)
     llmgw(site, "facts")
-    set_routing(site, "least-load", args)
+    deploy(site, args)
     state = read_state(Site.load(site).state_file)
-    hosts = sorted(s.node for r in state.replicas if r.model == MODEL for s in r.shards)
-    key = hosts_for(Site.load(site)).create_key("bench-prefix")["key"]
+    hosts = sorted(f"{r.id}@{s.node}" for r in state.replicas if r.model in MODELS.values() for s in r.shards)
+    key = api_key(site)
     base_url = Lab(site, "").router_url + "/v1"
     # Warm every replica (first-request costs) on a prompt no phase uses.
-    warm = run_phase(base_url, key, "warm-up", 999, argparse.Namespace(
-        **{**vars(args), "prefixes": 3, "prefix_words": 50, "sessions": 6, "turns": 1, "clients": 3}))
-    if any(r.error for r in warm.done):
-        sys.exit(f"warm-up failed: {sorted({r.error for r in warm.done if r.error})[:3]}")
+    for policy in MODELS:
+        warm = run_phase(base_url, key, policy, 999, argparse.Namespace(
+            **{**vars(args), "prefixes": 3, "prefix_words": 50, "sessions": 6, "turns": 1, "clients": 3}))
+        if any(r.error for r in warm.done):
+            sys.exit(f"warm-up failed: {sorted({r.error for r in warm.done if r.error})[:3]}")
     order = ["least-load", "prefix-affinity"]
     plan = [order[(i // 2 + i) % 2] if args.rounds > 1 else order[i % 2] for i in range(2 * args.rounds)]
     phases: dict[str, list[Phase]] = {"least-load": [], "prefix-affinity": []}
     for i, policy in enumerate(plan):
-        set_routing(site, policy, args)
         phase = run_phase(base_url, key, policy, i + 1, args)
         phases[policy].append(phase)
         s = summary([phase])
