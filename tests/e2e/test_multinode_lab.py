@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from llmgw.apply import hosts_for
+from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from tests.support.lab import VENV_BIN, Lab, lab
 
@@ -99,9 +100,20 @@ def test_two_host_replica_serves_and_is_replaced_without_a_failed_request(the_la
     assert '"--rpc"' in lead_unit and f':{worker.port}"' in lead_unit
     work_unit = unit_on(the_lab, worker.node, worker.unit, "systemctl show -p ExecStart --value {unit}")
     assert "rpc-server" in work_unit
-    # The worker really carries the model: llama-server reports the RPC device's buffers.
-    journal = unit_on(the_lab, leader.node, leader.unit, "journalctl -u {unit} --no-pager -o cat | grep -i rpc")
-    assert "rpc" in journal.lower()
+    # The worker really serves the leader: llama-server keeps a connection open to the worker's
+    # rpc-server for as long as it holds the model's layers there (llama-server's journal
+    # says nothing of RPC at its default verbosity).
+    inventory = load_inventory(the_lab.site / "hosts.yml")
+    lead_addr, work_addr = (inventory.nodes[s.node].mgmt_address for s in (leader, worker))
+    peers = unit_on(the_lab, worker.node, worker.unit,
+                    f"ss -Htn state established '( sport = :{worker.port} )' | awk '{{{{print $4}}}}'")
+    assert lead_addr in {p.rsplit(":", 1)[0] for p in peers.split()}, peers
+    # Each shard listens on its host's management address alone (#13): not on every interface,
+    # not on loopback.
+    for shard, addr in ((leader, lead_addr), (worker, work_addr)):
+        bound = unit_on(the_lab, shard.node, shard.unit,
+                        f"ss -Htln '( sport = :{shard.port} )' | awk '{{{{print $4}}}}'")
+        assert bound.split() == [f"{addr}:{shard.port}"], bound
 
     key = hosts_for(Site.load(the_lab.site)).create_key("multinode")["key"]
     api = openai.OpenAI(base_url=the_lab.router_url + "/v1", api_key=key, max_retries=0, timeout=30)
