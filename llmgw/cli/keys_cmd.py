@@ -46,6 +46,8 @@ def resolve_store_url(app: Any, url: str | None) -> str:
 def target(app: AppContext, url: str | None) -> KeyStoreTarget:
     from llmgw.store.where import key_store_target
 
+    if url:  # checked first: on a router host the command runs where the site file is not readable
+        return key_store_target(Path(app.directory), None, url)
     here = Path(app.directory)
     return key_store_target(here, app.site if (here / SITE_FILE).is_file() else None, url)
 
