@@ -104,6 +104,10 @@ def loads_yaml(text: str, path: Path, *, plain: bool = False) -> Any:
         raise YamlSyntaxError(path, 0, f"is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; "
                                        "llmgw does not read files this large")
     _check_brackets(text, path)
+    if plain:
+        fast = _plain_fast(text, path)
+        if fast is not _NOT_PLAIN:
+            return fast
     try:
         doc = _yaml().load(text)
     except MarkedYAMLError as exc:
@@ -125,6 +129,152 @@ def loads_yaml(text: str, path: Path, *, plain: bool = False) -> Any:
         raise YamlSyntaxError(path, 0, f"expands to more than {MAX_NODES:,} values through its aliases (*name); "
                                        "write the values out or use fewer aliases")
     return doc
+
+
+class LinedMap(dict[Any, Any]):
+    """A mapping read by the fast plain reader, with the line of itself and of each key."""
+
+    line: int
+    key_lines: dict[Any, int]
+
+
+class LinedSeq(list[Any]):
+    """A sequence read by the fast plain reader, with the line of itself and of each item."""
+
+    line: int
+    item_lines: list[int]
+
+
+_NOT_PLAIN = object()  # what the fast reader answers when ruamel must read the text
+# Plain scalars the fast reader types itself, exactly as ruamel's YAML 1.2 does; any other
+# plain scalar that could be a number, a date or a special float goes to ruamel.
+_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\.[0-9]+")
+# Wider than any int, float or sexagesimal pattern of YAML 1.1 or 1.2 (ruamel's resolver),
+# so "30m" or "v1" are text here as there, and "1_000", "0o17", "1e3", ".inf", "1:30" go to ruamel.
+_NUMBERISH = re.compile(r"[-+]?(?:\.[0-9_]*|[0-9][0-9_]*(?:[.:][0-9_]*)*)(?:[eE][-+]?[0-9]+)?"
+                        r"|[-+]?0[xXoObB][0-9a-fA-F_]+|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+_DATE = re.compile(r"[0-9]{4}-[0-9]")
+_NULLS = frozenset(("", "~", "null", "Null", "NULL"))
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+
+
+def _plain_fast(text: str, path: Path) -> Any:
+    """Plain data read from libyaml's events (PyYAML's C parser), several times faster than
+    ruamel's round trip, with the same bounds (size and brackets checked by the caller,
+    depth and alias expansion by `_check_events` on the same events) and the same lines
+    for `line_of`. Only for what both read alike: anything with a tag, an anchor or alias,
+    a `%YAML` directive, several documents, a merge key, a duplicate or non-scalar key, or a
+    plain scalar ruamel might type differently (leading zeros, underscores, exponents,
+    dates, .inf) returns `_NOT_PLAIN`, and ruamel reads it, with its own errors. Broken YAML
+    goes to ruamel too, so its messages are unchanged."""
+    if "%YAML" in text:
+        return _NOT_PLAIN
+    pyyaml: Any = importlib.import_module("yaml")
+    loader = getattr(pyyaml, "CSafeLoader", None)
+    if loader is None:
+        return _NOT_PLAIN
+    try:
+        events = list(pyyaml.parse(text, Loader=loader))
+    except pyyaml.YAMLError:
+        return _NOT_PLAIN
+    if _check_events(text, path, plain=False, events=events):
+        return _NOT_PLAIN  # an explicit tag: ruamel decides what it means
+    try:
+        return _build(events, pyyaml)
+    except (_Fallback, TypeError):  # TypeError: an unhashable key
+        return _NOT_PLAIN
+
+
+def _scalar(event: Any) -> Any:
+    value: str = event.value
+    if event.style:  # quoted or block: text as written (plain is None, or "" from libyaml)
+        return value
+    if value in _NULLS:
+        return None
+    if value in _BOOLS:
+        return _BOOLS[value]
+    if _INT.fullmatch(value):
+        return int(value)
+    if _FLOAT.fullmatch(value):
+        return float(value)
+    if _NUMBERISH.fullmatch(value) or _DATE.match(value) or value in ("<<", "="):  # merge and value keys
+        raise _Fallback
+    return value
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _build(events: list[Any], pyyaml: Any) -> Any:
+    """LinedMap/LinedSeq/scalars from the event stream, without recursion."""
+    scalar, map_start, seq_start = pyyaml.ScalarEvent, pyyaml.MappingStartEvent, pyyaml.SequenceStartEvent
+    ends = (pyyaml.MappingEndEvent, pyyaml.SequenceEndEvent)
+    skip = (pyyaml.StreamStartEvent, pyyaml.StreamEndEvent, pyyaml.DocumentEndEvent)
+    stack: list[LinedMap | LinedSeq] = []
+    keys: list[Any] = []  # per open mapping: the key waiting for its value (_NOT_PLAIN: none)
+    root: Any = _NOT_PLAIN
+    documents = 0
+    for ev in events:
+        if isinstance(ev, skip):
+            continue
+        if isinstance(ev, pyyaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise _Fallback  # ruamel refuses a second document, in its words
+            continue
+        if isinstance(ev, ends):
+            done = stack.pop()  # already placed in its parent when it opened
+            keys.pop()
+            if not stack:
+                root = done
+            continue
+        if getattr(ev, "anchor", None) is not None or isinstance(ev, pyyaml.AliasEvent):
+            raise _Fallback
+        line = ev.start_mark.line + 1
+        if isinstance(ev, scalar):
+            value = _scalar(ev)
+            if not stack:
+                root = value
+                continue
+            top = stack[-1]
+            if isinstance(top, LinedMap) and keys[-1] is _NOT_PLAIN:
+                if value in top:
+                    raise _Fallback  # ruamel refuses duplicate keys, with its message
+                keys[-1] = value
+                top.key_lines[value] = line
+                continue
+            _place(top, keys, value, ev)
+            continue
+        out: LinedMap | LinedSeq
+        if isinstance(ev, map_start):
+            out = LinedMap()
+            out.key_lines = {}
+        elif isinstance(ev, seq_start):
+            out = LinedSeq()
+            out.item_lines = []
+        else:
+            raise _Fallback
+        out.line = line
+        if stack:
+            top = stack[-1]
+            if isinstance(top, LinedMap) and keys[-1] is _NOT_PLAIN:
+                raise _Fallback  # a mapping or sequence as a key
+            _place(top, keys, out, ev)
+        stack.append(out)
+        keys.append(_NOT_PLAIN)
+    return None if root is _NOT_PLAIN else root
+
+
+def _place(top: LinedMap | LinedSeq, keys: list[Any], value: Any, ev: Any) -> None:
+    """Put a value (a collection as soon as it opens: its items follow) under the pending key or at the end."""
+    if isinstance(top, LinedMap):
+        top[keys[-1]] = value
+        keys[-1] = _NOT_PLAIN
+    else:
+        top.append(value)
+        top.item_lines.append(ev.start_mark.line + 1)
 
 
 def _where(parent: Any, key: Any) -> int:
@@ -221,8 +371,12 @@ def _check_events(text: str, path: Path, *, plain: bool, events: Iterable[Any] |
     open_sizes: list[tuple[int, str | None]] = []  # per open collection: nodes so far, its anchor
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for
     first_tag = 0
+    kinds_of: dict[type, frozenset[str]] = {}  # per event class: its class names, worked out once
     for event in _yaml().parse(text) if events is None else events:
-        kinds = {c.__name__ for c in type(event).__mro__}
+        cls = type(event)
+        kinds = kinds_of.get(cls)
+        if kinds is None:
+            kinds = kinds_of[cls] = frozenset(c.__name__ for c in cls.__mro__)
         line = event.start_mark.line + 1 if event.start_mark is not None else 0
         if "NodeEvent" in kinds and "AliasEvent" not in kinds:
             tag = getattr(event, "ctag", None) or getattr(event, "tag", None)
@@ -282,7 +436,13 @@ def line_of(doc: Any, loc: Sequence[str | int]) -> int:
     line = 0
     node = doc
     for key in loc:
-        if isinstance(node, CommentedMap) and key in node:
+        if isinstance(node, LinedMap) and key in node:
+            line = node.key_lines[key]
+            node = node[key]
+        elif isinstance(node, LinedSeq) and isinstance(key, int) and 0 <= key < len(node):
+            line = node.item_lines[key]
+            node = node[key]
+        elif isinstance(node, CommentedMap) and key in node:
             pos = node.lc.key(key)
             line = pos[0] + 1
             node = node[key]
@@ -292,7 +452,9 @@ def line_of(doc: Any, loc: Sequence[str | int]) -> int:
             node = node[key]
         else:
             break
-    if line == 0 and isinstance(doc, CommentedMap | CommentedSeq):
+    if line == 0 and isinstance(doc, LinedMap | LinedSeq):
+        line = doc.line
+    elif line == 0 and isinstance(doc, CommentedMap | CommentedSeq):
         line = doc.lc.line + 1
     return line
 
