@@ -6,6 +6,7 @@ line, so an operator fixes a catalog in one pass rather than one error per run.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -225,16 +226,25 @@ def load_catalog(folder: Path, *, root: Path | None = None,
                                     "is a link to a file outside the catalog folder; llmgw reads only files "
                                     "inside it"))
     files = {f.resolve() for f in files if f.resolve().is_relative_to(inside)} | set(override)
-    for path in sorted(files):
-        if path in override and override[path] is None:
-            continue
-        try:
-            rel = str(path.relative_to(root.resolve()))
-        except ValueError:
-            rel = str(path)
-        located, probs = parse_file(path, rel, override.get(path))
-        entries.extend(located)
-        problems.extend(probs)
+    # Parsing makes millions of small objects and no cycles: the cyclic collector would walk
+    # them again and again (10,000 models: 5.2 -> 2.8 s CPU without it). Reference counting
+    # still frees everything; the collector runs again afterwards.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for path in sorted(files):
+            if path in override and override[path] is None:
+                continue
+            try:
+                rel = str(path.relative_to(root.resolve()))
+            except ValueError:
+                rel = str(path)
+            located, probs = parse_file(path, rel, override.get(path))
+            entries.extend(located)
+            problems.extend(probs)
+    finally:
+        if was_enabled:
+            gc.enable()
     problems.extend(cross_check(entries))
     if problems:
         raise CatalogError(problems)
