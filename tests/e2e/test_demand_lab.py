@@ -26,7 +26,7 @@ import openai
 import pytest
 import uvicorn
 
-from llmgw.apply import hosts_for, wiring
+from llmgw.apply import wiring
 from llmgw.apply.controller_token import router_token_for
 from llmgw.controller import Controller
 from llmgw.controller.api import demand_app
@@ -37,7 +37,11 @@ from tests.support.lab import Lab, lab
 from tests.support.net import free_port
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine]
+# unproven: not yet seen passing end to end. Its runs this session (a 2-core box at load 20-35
+# under eight helpers' labs) failed before the first request, on other parts: a router role
+# line that every apply tripped on, then `llmgw keys create` failing where its cwd is
+# unreadable (worked around below); the last run was still in its first apply at the deadline.
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.unproven]
 
 IDLE = 25  # seconds: tiny's idle_timeout in this test's catalog
 CATALOG = f"""\
@@ -57,21 +61,35 @@ MESSAGES: Any = [{"role": "user", "content": "hi"}]
 
 
 class Demand:
-    def __init__(self, lab_: Lab, ctl: Controller, keys: dict[str, str]) -> None:
+    def __init__(self, lab_: Lab, ctl: Controller) -> None:
         self.lab = lab_
         self.ctl = ctl
         inv = load_inventory(lab_.site / "hosts.yml")
         self.urls = [f"http://{inv.routers[h].mgmt_address}:8000/v1" for h in sorted(inv.routers)]
-        self.key = keys["key"]
+        # Each lab router keeps its keys in its own SQLite store: a key made on each.
+        self.keys = [router_key(lab_, h) for h in sorted(inv.routers)]
 
     def client(self, router: int, timeout: float = 300) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.urls[router], api_key=self.key, max_retries=0, timeout=timeout)
+        return openai.OpenAI(base_url=self.urls[router], api_key=self.keys[router], max_retries=0, timeout=timeout)
 
     def runs(self, kind: str) -> list[Any]:
         return [r for r in self.ctl.runs.all() if r.summary.startswith(f"demand: {kind} tiny")]
 
     def replicas(self) -> list[str]:
         return [r.id for r in self.ctl.backend.read().replicas if r.model == "tiny"]
+
+
+def router_key(lab_: Lab, host: str) -> str:
+    """An API key made in `host`'s own store by its `llmgw keys create` (as playbooks/router_key.yml does)."""
+    command = ("cd /var/lib/llmgw-router && set -a && . /etc/llmgw-router/router.env && set +a && "
+               "exec runuser -u llmgw-router -- "
+               "/opt/llmgw/router/current/venv/bin/llmgw keys create demand-test --json")
+    done = lab_.ansible(host, "-m", "ansible.builtin.shell", "-a", command)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    for play in json.loads(done.stdout)["plays"]:
+        for task in play["tasks"]:
+            return str(json.loads(task["hosts"][host]["stdout"])["key"])
+    raise AssertionError(done.stdout[-2000:])
 
 
 def gateway(network: str) -> str:
@@ -111,9 +129,8 @@ def demand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demand]:
         try:
             it.ok("apply", "--auto-approve")  # routers on node1 and node2 learn tiny is on demand
             assert it.state.replicas == []
-            keys = hosts_for(Site.load(it.site)).create_key("demand")
+            d = Demand(it, ctl)
             loop.start()
-            d = Demand(it, ctl, keys)
             wait_until(lambda: ctl.scaler.view()["routers_not_known"] == [] and ctl.scaler.routers, 60,
                        "both routers to report their load")
             yield d
