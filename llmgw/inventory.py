@@ -26,6 +26,9 @@ or ports in host names, no `ansible_group_priority`, and no Ansible configuratio
 could change how they read (see `_plain_yaml_inventory`). It follows the yaml inventory
 plugin and ansible-inventory's merging (group vars by depth then name, `all` first, the
 host's own last); tests compare the two on many inventories. Anything else goes to Ansible.
+
+Why long: both readers (Ansible's output and the in-process one) end in the same host
+checks (`_host`), and the in-process one must stay beside them to mean the same thing.
 """
 
 from __future__ import annotations

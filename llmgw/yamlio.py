@@ -10,6 +10,9 @@ is a `FileError` naming the file and line, never a traceback.
 
 Every file llmgw writes goes through `atomic_write`: a temp file beside the target,
 fsync, rename, so a crash leaves the old file or the new one, never half of either.
+
+Why long: the fast plain reader (libyaml events) and ruamel's round trip share the bounds
+(`_check_events`) and `line_of`; split, the fast one could drift from the checks it relies on.
 """
 
 from __future__ import annotations

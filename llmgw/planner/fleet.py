@@ -4,6 +4,9 @@ Static facts (GPUs, memory, filesystems, fabrics) are read once. Usage (GPUs, me
 ports, weights on the way to a filesystem) only grows while a plan is made: replicas
 are created before old ones are destroyed, so nothing freed in this plan is reused.
 That monotonicity is what lets the GPU index below stay cheap and correct.
+
+Why long: the node views, the GPU index, the leaf groups and the fleet's accounting all
+change together on each `take`; apart, each would need the others' internals.
 """
 
 from __future__ import annotations
