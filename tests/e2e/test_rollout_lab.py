@@ -10,6 +10,8 @@ replicas are on different hosts.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -97,9 +99,24 @@ def hosts_of(the_lab: Lab) -> list[str]:
     return sorted(s.node for r in the_lab.state.replicas for s in r.shards)
 
 
+def router_workers(the_lab: Lab) -> dict[str, int]:
+    """The router's workers (count, ready) as its admin API on its host says (#17)."""
+    ask = ("python3 -c 'import json, urllib.request; w = json.load(urllib.request.urlopen("
+           "\"http://127.0.0.1:8001/api/v1/status\"))[\"workers\"]; print(w[\"count\"], w.get(\"ready\", 1))'")
+    done = the_lab.ansible("llmgw_routers", "-m", "ansible.builtin.shell", "-a", ask)
+    assert done.returncode == 0, done.stdout + done.stderr
+    res = next(iter(json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"].values()))
+    count, ready = (int(x) for x in res["stdout"].split())
+    return {"count": count, "ready": ready}
+
+
 def test_sixteen_streams_through_two_rolling_moves_fail_nothing(the_lab: Lab) -> None:
     the_lab.ok("apply", "--auto-approve")
     assert [r.state for r in the_lab.state.replicas] == ["ready", "ready"]
+    # The router runs a worker per core (lab hosts see this machine's), so the streams and
+    # drains below go through a multi-worker router wherever there are several cores.
+    cores = len(os.sched_getaffinity(0))
+    assert router_workers(the_lab) == {"count": cores, "ready": cores}
     before = hosts_of(the_lab)
     assert len(set(before)) == 2, before  # spread: two hosts, though all three fit
     router_host = "node1"  # tests/support/lab.py: node1 is the router
