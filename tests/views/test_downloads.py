@@ -32,6 +32,7 @@ def test_a_download_in_progress_shows_under_its_replica(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     (rec,) = json.loads(r.stdout)["replicas"]
     assert rec["downloads"] == [{"node": "here", "bytes": 3 * 2**30, "total": 9 * 2**30, "percent": 33.3,
+                                 "rate": None, "eta_seconds": None,  # known only from apply's feed
                                  "text": "downloading on here: 3.0 GiB of 9.0 GiB (33%)"}]
     r = run_cli("-C", str(tmp_path), "replicas", "--downloads", "--no-router")
     lines = r.stdout.splitlines()
