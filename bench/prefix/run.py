@@ -11,8 +11,8 @@ enough that prefill dominates (bench/prefix/model.py: 4 layers x 256, ~1,100 pro
 tokens of prefix take about a second to prefill on one of these cores, a cached one
 under a fifth of that) serve model `prefix-bench` through the real router. Each
 llama-server keeps the prompts of its `--slots` slots and nothing more (`--cache-ram 0`):
-an engine whose cache holds fewer prefixes than the traffic has, which is when where a
-request lands matters.
+an engine whose cache holds fewer prefixes than the traffic has (where a request lands
+matters then; README has a run where 2 slots were too few for affinity to pay).
 
 One run measures both policies side by side: two catalog models of the same weights and
 engine settings, `prefix-bench-ll` (`routing: least-load`) and `prefix-bench-pa`
