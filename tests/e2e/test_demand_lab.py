@@ -28,6 +28,7 @@ import uvicorn
 
 from llmgw.apply import wiring
 from llmgw.apply.controller_token import router_token_for
+from llmgw.apply.wheelhouse import wheelhouse
 from llmgw.controller import Controller
 from llmgw.controller.api import demand_app
 from llmgw.inventory import load_inventory
@@ -116,7 +117,7 @@ def demand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demand]:
         # The routers keep the wheel the lab starts with: other engineers editing llmgw/ in a
         # shared checkout would otherwise make each of the controller's applies reinstall and
         # restart the routers in the middle of the test's traffic.
-        built = wiring.wheelhouse()
+        built = wheelhouse()
         pin = pytest.MonkeyPatch()
         pin.setattr(wiring, "wheelhouse", lambda: built)
         ctl = Controller(it.site, branch=None, grace=30, say=lambda line: print(f"controller: {line}"))

@@ -25,6 +25,7 @@ import openai
 import pytest
 
 from llmgw.apply import hosts_for, wiring
+from llmgw.apply.wheelhouse import wheelhouse
 from llmgw.controller import Controller
 from llmgw.facts.cache import read_facts
 from llmgw.site import Site
@@ -41,7 +42,7 @@ def site_a(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Lab]:
         it.ok("facts")
         # The routers keep the wheel the test starts with: edits to llmgw/ in a shared checkout
         # during the run would otherwise reinstall and restart them under the client's requests.
-        built = wiring.wheelhouse()
+        built = wheelhouse()
         monkeypatch.setattr(wiring, "wheelhouse", lambda: built)
         yield it
 
