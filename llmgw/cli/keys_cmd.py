@@ -6,6 +6,9 @@ routers share; on a site with `llmgw_routers`, the first router's own store, thr
 host's `llmgw keys` run by Ansible; else a SQLite file beside the state; outside a site
 `~/.local/share/llmgw/store.sqlite`) and says which on stderr (`store` in --json). A
 router sees changes within a couple of seconds.
+
+Why long: one noun, `keys` with its `keys group` subgroup, whose every command shares the
+store plumbing at the top (which store, act there or on the router host, say which).
 """
 
 from __future__ import annotations

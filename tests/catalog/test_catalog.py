@@ -261,7 +261,8 @@ def test_models_json_and_table(site: MakeSite) -> None:
     assert r.exit_code == 0
     data = json.loads(r.stdout)
     assert [m["name"] for m in data["models"]] == ["coder", "small"]
-    assert data["models"][0]["scaling"] == {"min": 1, "max": 2, "idle_timeout": 1800}
+    assert data["models"][0]["scaling"] == {"min": 1, "max": 2, "idle_timeout": 1800, "target_in_flight": None,
+                                            "up_cooldown": 30, "down_cooldown": 300, "activation_timeout": 300}
     r = run_cli("-C", str(root), "models")
     assert r.exit_code == 0
     assert "coder" in r.stdout and "on demand" in r.stdout
