@@ -26,7 +26,7 @@ from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from tests.support.lab import VENV_BIN, Lab, lab
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.unproven]
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 CATALOG = """\
 # A model spread over two lab hosts by llama.cpp RPC (rank 0: llama-server; rank 1: rpc-server).
