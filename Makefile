@@ -46,8 +46,7 @@ UNIT := not lab and not engine and not postgres and not browser and not root and
 unit: venv
 	$(BIN)/pytest -q -m "$(UNIT)"
 
-# Lab tests marked `unproven` (vLLM on lab hosts, the two-host llama.cpp replica, the
-# shared-state controller run) have not
+# Lab tests marked `unproven` (vLLM on lab hosts, the shared-state controller run) have not
 # yet been seen passing end to end here; they run on their own until they have.
 pytest: setup
 	$(BIN)/pytest -m "not unproven"
