@@ -31,7 +31,7 @@ from tests.support.lab import Lab, lab
 # `llmgw replicas` from the bastion showed the request in flight (IN-FLIGHT 1, IDLE 3m)
 # through its own tunnel; the router-down test did not run. Since: no log-probabilities,
 # and the held stream is closed instead of read through.
-pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.unproven]
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 
 @pytest.fixture(scope="module")
