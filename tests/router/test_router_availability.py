@@ -196,7 +196,7 @@ def test_stale_keepalive_connection_is_retried_fresh_and_not_held_against_the_re
     only = router.replica("only")
     assert only["consecutive_failures"] == 0 and only["routable"] and only["health"] != "unhealthy"
     text = HTTP.get(router.admin_url + "/metrics").text
-    assert 'llmgw_upstream_errors_total{kind="stale_connection",replica="only"} 3.0' in text
+    assert 'llmgw_upstream_errors_total{kind="stale_connection",model="m",replica="only"} 3.0' in text
 
 
 # -- one deadline per request --------------------------------------------------------------------

@@ -56,6 +56,9 @@ def test_serve_routes_reloads_and_stops_on_sigterm(tmp_path: Path, engines: Call
         wait_until(lambda: [m.id for m in client.models.list()] == ["other", "tiny"], 10, "the reload")
         assert client.chat.completions.create(model="o", messages=[{"role": "user", "content": "hi"}],
                                               max_tokens=2).choices
+        # The admin API answers for the whole router: the lowest serial any worker routes by,
+        # so it reaches 2 once every worker has read the new state.
+        wait_until(lambda: HTTP.get(admin + "/api/v1/status").json()["serial"] == 2, 10, "every worker's reload")
         status = HTTP.get(admin + "/api/v1/status").json()
         assert status["serial"] == 2 and status["state_error"] is None and status["keys"] == 1
         # A broken state file is reported and ignored: routing goes on by the last good one.

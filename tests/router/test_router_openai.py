@@ -125,7 +125,7 @@ def test_model_with_nothing_ready_is_503_with_retry_after(fleet: Fleet) -> None:
 def test_on_demand_model_without_activator_says_so(fleet: Fleet) -> None:
     with pytest.raises(openai.InternalServerError) as info:
         fleet.client.chat.completions.create(model="lazy", messages=MESSAGES)
-    assert info.value.status_code == 503 and "no activator" in info.value.message
+    assert info.value.status_code == 503 and "no controller" in info.value.message
 
 
 def test_bad_requests(fleet: Fleet, api_key: str) -> None:
