@@ -46,8 +46,8 @@ UNIT := not lab and not engine and not postgres and not browser and not root and
 unit: venv
 	$(BIN)/pytest -q -m "$(UNIT)"
 
-# Lab tests marked `unproven` (vLLM on lab hosts, the shared-state controller run) have not
-# yet been seen passing end to end here; they run on their own until they have.
+# Lab tests marked `unproven` (vLLM on lab hosts, the shared-state controller run, the demand
+# lab test) have not yet been seen passing end to end here; they run on their own until they have.
 pytest: setup
 	$(BIN)/pytest -m "not unproven"
 
