@@ -47,7 +47,7 @@ unit: venv
 	$(BIN)/pytest -q -m "$(UNIT)"
 
 # Lab tests marked `unproven` (vLLM on lab hosts, the shared-state controller run, the demand
-# lab test) have not yet been seen passing end to end here; they run on their own until they have.
+# load ramp) have not yet been seen passing end to end here; they run on their own until they have.
 pytest: setup
 	$(BIN)/pytest -m "not unproven"
 

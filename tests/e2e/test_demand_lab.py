@@ -38,13 +38,9 @@ from tests.support.lab import Lab, lab
 from tests.support.net import free_port
 from tests.support.waiting import wait_until
 
-# unproven: not yet seen passing end to end. Its runs this session (a 2-core box at load 20-35
-# under eight helpers' labs): the first three failed before any request, on other parts (a
-# router role line every apply tripped on; `llmgw keys create` failing where its cwd is
-# unreadable, worked around below); the last passed the ten first requests (streamed and not,
-# none failed) with one activation, then asserted the run `applied` a moment before the
-# controller recorded it (now waited for); the idle and ramp parts have not run yet.
-pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.unproven]
+# The first test (ten first requests through two routers, one activation, idle stops only
+# when no router has traffic) was seen passing here; the load ramp is still unproven (below).
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 IDLE = 25  # seconds: tiny's idle_timeout in this test's catalog
 CATALOG = f"""\
@@ -215,6 +211,9 @@ class Load(threading.Thread):
                 self.failures.append(f"{type(exc).__name__}: {exc}")
 
 
+# Unproven: in its runs here the ramp reached 3 ready replicas in the state, but the
+# scaler's view did not count 3 within 60 s (not yet examined).
+@pytest.mark.unproven
 def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(demand: Demand) -> None:
     d = demand
     stop = threading.Event()
