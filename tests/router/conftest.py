@@ -11,31 +11,26 @@
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from llmgw.router import RouterServer, RouterSettings
 from llmgw.router.ondemand import Activator
 from llmgw.store import Store, open_store
-from tests.support.net import free_port
 from tests.support.postgres import server_url
 from tests.support.router import (
-    ENGINE,
     FAST,
     HTTP,
-    MODEL,
     Engine,
     RunningRouter,
     StateFile,
     close_clients,
     require_engine,
     serve_in_thread,
-    wait_until,
+    start_engine,
 )
 
 
@@ -59,25 +54,8 @@ def engines(tmp_path: Path) -> Iterator[Callable[..., Engine]]:
 
     def start(name: str = "e", *, parallel: int = 4, ctx: int = 4096, extra: tuple[str, ...] = (),
               port: int | None = None) -> Engine:
-        port = port or free_port()
-        log = tmp_path / f"engine-{name}-{port}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [str(ENGINE), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "--metrics",
-                 "--parallel", str(parallel), "-c", str(ctx), "--threads", "1", "--alias", name, *extra],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        eng = Engine(name, port, proc, log)
+        eng = start_engine(tmp_path, name, parallel=parallel, ctx=ctx, extra=extra, port=port)
         started.append(eng)
-
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-            try:
-                return HTTP.get(eng.endpoint + "/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(healthy, 30, f"llama-server {name} on port {port}")
         return eng
 
     yield start

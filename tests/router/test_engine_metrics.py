@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.router.engine_keys import ENGINE_KEYS_FILE
 from tests.support.net import free_port
-from tests.support.router import ENGINE, HTTP, MODEL, RunningRouter, StateFile, model, replica, require_engine
-from tests.support.waiting import wait_until
+from tests.support.router import HTTP, RunningRouter, StateFile, model, replica, start_engine
 
 pytestmark = pytest.mark.engine
 
@@ -29,30 +25,11 @@ KEY = "llmgw-engine-" + "m" * 40
 @pytest.fixture
 def keyed_engine(tmp_path: Path) -> Iterator[str]:
     """llama-server with --metrics, requiring KEY (from its environment, as the unit gives it)."""
-    require_engine()
-    port = free_port()
-    log = tmp_path / "engine.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(ENGINE), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-                                 "--metrics", "--parallel", "2", "-c", "2048", "--threads", "1", "--alias", "tiny"],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "LLAMA_API_KEY": KEY})
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            return HTTP.get(endpoint + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+    eng = start_engine(tmp_path, "tiny", parallel=2, ctx=2048, env={"LLAMA_API_KEY": KEY}, timeout=60)
     try:
-        wait_until(healthy, 60, "llama-server with an API key")
-        yield endpoint
+        yield eng.endpoint
     finally:
-        proc.kill()
-        proc.wait(10)
+        eng.kill()
 
 
 class _Odd(http.server.BaseHTTPRequestHandler):

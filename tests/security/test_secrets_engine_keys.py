@@ -19,16 +19,13 @@ import pytest
 
 from llmgw.router.engine_keys import ENGINE_KEYS_FILE
 from llmgw.store import Store
-from tests.support.net import free_port
 from tests.support.router import (
-    ENGINE,
     HTTP,
-    MODEL,
     RunningRouter,
     StateFile,
     model,
     replica,
-    require_engine,
+    start_engine,
     wait_until,
 )
 
@@ -41,31 +38,12 @@ BODY = {"model": "tiny", "messages": [{"role": "user", "content": "Hi."}], "max_
 @pytest.fixture
 def keyed_engine(tmp_path: Path) -> Iterator[str]:
     """llama-server requiring KEY, read from LLAMA_API_KEY (never its command line)."""
-    require_engine()
-    port = free_port()
-    log = tmp_path / "engine.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(ENGINE), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-                                 "--parallel", "2", "-c", "2048", "--threads", "1", "--alias", "tiny"],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "LLAMA_API_KEY": KEY})
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            return HTTP.get(endpoint + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
+    eng = start_engine(tmp_path, "tiny", parallel=2, ctx=2048, env={"LLAMA_API_KEY": KEY}, timeout=60)
     try:
-        wait_until(healthy, 60, "llama-server with an API key")
-        assert KEY not in Path(f"/proc/{proc.pid}/cmdline").read_text()
-        yield endpoint
+        assert KEY not in Path(f"/proc/{eng.proc.pid}/cmdline").read_text()
+        yield eng.endpoint
     finally:
-        proc.kill()
-        proc.wait(10)
+        eng.kill()
 
 
 def write_keys(state: StateFile, keys: dict[str, str], mode: int = 0o600) -> Path:

@@ -24,6 +24,7 @@ import pytest
 from llmgw.router import RouterServer, RouterSettings
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard, State, read_state, write_state
 from llmgw.store import Store
+from tests.support.net import free_port
 from tests.support.waiting import wait_until
 
 # One client for every test request: a new httpx client per call loads the CA bundle (~0.2 s).
@@ -73,6 +74,37 @@ class Engine:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+
+def start_engine(logs: Path, name: str = "e", *, parallel: int = 4, ctx: int = 4096, extra: tuple[str, ...] = (),
+                 port: int | None = None, env: dict[str, str] | None = None, timeout: float = 30) -> Engine:
+    """The real llama-server with the tiny model on loopback, its log under `logs`, once it
+    answers /health; `env` adds to its environment (e.g. LLAMA_API_KEY, as the unit's
+    EnvironmentFile gives it). A missing binary or model fails the test, saying what to run."""
+    require_engine()
+    port = port or free_port()
+    log = logs / f"engine-{name}-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(ENGINE), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "--metrics",
+             "--parallel", str(parallel), "-c", str(ctx), "--threads", "1", "--alias", name, *extra],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    eng = Engine(name, port, proc, log)
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            return HTTP.get(eng.endpoint + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, timeout, f"llama-server {name} on port {port}")
+    except BaseException:
+        eng.kill()
+        raise
+    return eng
 
 
 def require_engine() -> None:
