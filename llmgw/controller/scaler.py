@@ -212,12 +212,32 @@ class Scaler:
             self._set(d.model, "ready")
 
     def view(self) -> dict[str, Any]:
-        """Per model: current/desired replicas, load, the last decision; activations in flight."""
+        """Per model: current/desired replicas, load, the last decision; activations in flight.
+
+        `current` is counted from the state as it is now, not as the last tick saw it: a tick
+        is blocked for the whole of an apply (minutes: after writing the new replica ready,
+        the apply still delivers the state to every router), so the tick's count lags the
+        state by as long (seen in the lab: 3 ready replicas, the view saying 2 for over 60 s)."""
+        now = self._current_counts()
         return {"routers": list(self.routers), "routers_not_known": list(self.unknown),
-                "models": {name: {"current": v.current, "desired": v.desired, "load": v.load,
+                "models": {name: {"current": now.get(name, 0) if now is not None else v.current,
+                                  "desired": v.desired, "load": v.load,
                                   "last_decision": v.decision, "decided_at": v.decided_at, "note": v.note}
                            for name, v in sorted(self.views.items())},
                 "activations": [a.as_json() for a in self.activations()]}
+
+    def _current_counts(self) -> dict[str, int] | None:
+        """Model -> ready and starting replicas in the state now; None when it cannot be read
+        (the view then keeps the last tick's counts)."""
+        try:
+            state = self.backend.read()
+        except LlmgwError:
+            return None
+        counts: dict[str, int] = {}
+        for r in state.replicas:
+            if r.state in ("ready", "starting"):
+                counts[r.model] = counts.get(r.model, 0) + 1
+        return counts
 
 
 def model_demand(name: str, scaling: Any, state: State, now: datetime) -> ModelDemand:

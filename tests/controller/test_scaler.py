@@ -92,7 +92,28 @@ def test_an_ask_becomes_one_activation_run_and_idle_becomes_a_stop_run(ctl: Cont
     assert stop.status == "applied" and stop.summary.startswith("demand: stop-idle new 1 -> 0 replicas: no request")
     assert ctl.backend.read().replicas == []
     view = ctl.scaler.view()["models"]["new"]
-    assert view["current"] == 1 and view["last_decision"].startswith("stop-idle (run 2)")
+    assert view["current"] == 0 and view["last_decision"].startswith("stop-idle (run 2)")
+
+
+def test_the_view_counts_replicas_from_the_state_while_an_apply_still_runs(ctl: Controller) -> None:
+    """An apply goes on after it writes the new replica ready (it delivers the state to every
+    router, a minute or more in the lab), and the tick is blocked all that time: the view
+    counts what the state says, not what the tick saw before the apply."""
+    seen: list[int] = []
+    run = FakeApplier.run
+
+    def run_and_look(self: FakeApplier) -> Any:
+        outcome = run(self)  # the state now records the new replica ready
+        seen.append(ctl.scaler.view()["models"]["new"]["current"])  # the apply is still running
+        return outcome
+
+    FakeApplier.run = run_and_look  # type: ignore[method-assign]
+    try:
+        ctl.scaler.ask("new", lambda _m: False)
+        ctl.demand_tick()
+    finally:
+        FakeApplier.run = run  # type: ignore[method-assign]
+    assert seen == [1] and ctl.runs.all()[0].status == "applied"
 
 
 def test_a_failed_apply_is_a_failed_run_and_the_routers_are_told_why(ctl: Controller) -> None:
