@@ -7,12 +7,24 @@ minute, and for token limits reserves what the request may cost. The reservation
 released with the request's real usage in the next usage flush (usage.py), in the same
 transaction that adds the usage, so a group's tokens are always used + reserved.
 
-What a request may cost: its prompt, reserved as one token per `prompt_bytes_per_token`
+What a request may cost: its prompt, bounded as one token per `prompt_bytes_per_token`
 body bytes (a token is at least one byte of text), plus its completion budget
 (`max_tokens`, `max_completion_tokens` or `max_output_tokens`, else
-`default_max_tokens`; none for embeddings) times `n` choices. A token limit refuses once
-used + reserved reaches it: the last request admitted may pass the limit by at most its
-own tokens, however many routers and concurrent requests there are.
+`default_max_tokens`; none for embeddings) times `n` choices. A request is admitted
+only if its prompt bound fits under the limit beside what is used and reserved; only
+its completion may pass the limit. So however many routers and concurrent requests
+there are, a group's tokens end at most one request's completion budget over its limit
+(the last one admitted), and embeddings not at all.
+
+Why the body's size and not the engine's tokenizer: admission comes before routing (the
+replica may be cold, on demand), each engine counts differently (llama-server's
+/tokenize applies no chat template; vLLM's takes messages), and asking an engine costs a
+round trip per request that the quota itself would not limit. Bytes are free and never
+fewer than the tokens of the text a client sends (a chat template's own few tokens are
+covered by the JSON around the text). The cost of the bound is at the end of a day: a
+request is refused when the group has less left than its body's bytes, though its
+prompt may be a quarter of that in tokens. Each reservation is settled with the
+request's real usage (the engine's count) at the next usage flush.
 
 Requests per minute use a sliding-window estimate over clock minutes (the current
 minute's count plus the previous minute's, weighted by how much of it is still inside
@@ -64,9 +76,14 @@ class GroupQuota:
         return GroupLimit(self.name, self.rpm, self.tokens_per_day)
 
 
+def prompt_bound(body_bytes: int, settings: RouterSettings) -> int:
+    """The most tokens a request's prompt may count, by its body's size."""
+    return math.ceil(body_bytes / max(settings.prompt_bytes_per_token, 1e-9))
+
+
 def reservation(req: dict[str, Any], body_bytes: int, path: str, settings: RouterSettings) -> int:
     """The most tokens this request may cost: prompt (by body size) plus completion budget."""
-    prompt = math.ceil(body_bytes / max(settings.prompt_bytes_per_token, 1e-9))
+    prompt = prompt_bound(body_bytes, settings)
     if path.endswith("/embeddings"):
         return prompt
     budget = next((v for v in (req.get(f) for f in _BUDGET_FIELDS)
@@ -111,6 +128,7 @@ class Quotas:
             refusal = await asyncio.to_thread(
                 self.store.admit, principal.key_id, limits, now=now, day=self.clock.day(now),
                 reserve=reservation(req, body_bytes, path, self.settings), reservation_id=rid,
+                fit=prompt_bound(body_bytes, self.settings),  # the prompt fits; only the completion may pass
                 expires_at=now + self.settings.reservation_ttl, usage=batch)
         except Exception as exc:
             self.recorder.restore(*batch)

@@ -415,17 +415,21 @@ class SqlStore:
 
     # -- quotas --------------------------------------------------------------------------
     def admit(self, key_id: str, limits: Sequence[GroupLimit], *, now: float, day: str,
-              reserve: int, reservation_id: str, expires_at: float,
+              reserve: int, reservation_id: str, expires_at: float, fit: int = 0,
               usage: tuple[list[UsageDelta], list[MinuteCount], list[str]] = ([], [], [])) -> Refusal | None:
         """Admit one request of `key_id` under its groups' `limits`, or say which refuses.
 
         Admitted, the request is counted in its minute at once (for every router's rpm)
         and, under a token limit, `reserve` tokens are held for it until `add_usage`
-        releases `reservation_id` with its real usage (or `expires_at` passes). A token
-        limit refuses once used + reserved reaches it, so the last request admitted can
-        take a group past its limit by at most its own tokens. `usage` is the router's
-        unwritten batch (as for `add_usage`), written first in the same transaction: what
-        this router settled a moment ago no longer counts as reserved.
+        releases `reservation_id` with its real usage (or `expires_at` passes). `fit`
+        (at most `reserve`: the request's prompt, as quotas.py bounds it) must fit under
+        each token limit beside what is used and reserved; the rest of `reserve` (the
+        completion budget) may pass it. With fit 0 a limit refuses once used + reserved
+        reaches it. Either way the last request admitted takes a group past its limit by
+        at most what it may cost beyond `fit`, however many routers admit at once.
+        `usage` is the router's unwritten batch (as for `add_usage`), written first in
+        the same transaction: what this router settled a moment ago no longer counts as
+        reserved.
         """
         minute = int(now // 60)
         inside = 1.0 - (now - minute * 60) / 60.0  # how much of the previous minute is still in the window
@@ -438,7 +442,7 @@ class SqlStore:
                 used, reserved, this_minute, last_minute = (int(v) for v in cur.fetchone())
                 if g.rpm is not None and this_minute + last_minute * inside + 1 > g.rpm:
                     return Refusal(g.name, "rpm", g.rpm)
-                if g.tokens_per_day is not None and used + reserved >= g.tokens_per_day:
+                if g.tokens_per_day is not None and used + reserved + max(fit, 1) > g.tokens_per_day:
                     return Refusal(g.name, "tokens", g.tokens_per_day)
             self._x(cur, "INSERT INTO llmgw_requests_minute AS m (key_id, minute, requests) VALUES (?, ?, 1) "
                          "ON CONFLICT (key_id, minute) DO UPDATE SET requests = m.requests + 1",

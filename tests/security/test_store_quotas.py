@@ -7,6 +7,7 @@ flushed on SIGTERM by a router run as its own process.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ import httpx
 import pytest
 
 from llmgw.router import RouterSettings
-from llmgw.store import Store, open_store
+from llmgw.store import Store, UsageDelta, open_store
 from tests.support.net import free_port
 from tests.support.router import REPO, Engine, RunningRouter, StateFile, model, replica, wait_until
 
@@ -39,12 +40,18 @@ def pg_stores(pg_url: str) -> Iterator[list[Store]]:
 
 
 def fire(routers: list[RunningRouter], key: str, n: int, body: dict[str, Any] = BODY) -> list[httpx.Response]:
-    """`n` requests at once, spread over the routers."""
+    """`n` requests at once, spread over the routers; the body sent as `encode` writes it."""
     with httpx.Client(timeout=120, limits=httpx.Limits(max_connections=n)) as client, \
             ThreadPoolExecutor(n) as pool:
         return list(pool.map(lambda i: client.post(routers[i % len(routers)].base_url + "/v1/chat/completions",
-                                                   json=body, headers={"Authorization": f"Bearer {key}"}),
+                                                   content=encode(body),
+                                                   headers={"Authorization": f"Bearer {key}",
+                                                            "Content-Type": "application/json"}),
                              range(n)))
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body).encode()
 
 
 def group_tokens(store: Store, key_id: str) -> int:
@@ -56,21 +63,31 @@ def group_tokens(store: Store, key_id: str) -> int:
 def test_a_token_quota_holds_across_three_routers(pg_stores: list[Store], engines: Callable[..., Engine],
                                                   state: StateFile,
                                                   start_router: Callable[..., RunningRouter]) -> None:
+    """Tokens used end at most one request's max_tokens over the limit.
+
+    The limit is set one token past a whole number of requests: a router that let the
+    last request in while anything at all was left (not checking that its prompt fits)
+    ends a prompt's worth over, which this test catches.
+    """
     cli, *router_stores = pg_stores
     e = engines("tiny", parallel=4)
     state.write([model("tiny")], [replica("tiny-0", "tiny", e.endpoint)])
-    limit = 30
+    routers = [start_router(state.path, store=s) for s in router_stores]
+    _, free_key = cli.create_key("probe")  # under no limit: what one request costs
+    probe = fire(routers[:1], free_key, 1)[0]
+    assert probe.status_code == 200, probe.text
+    cost = probe.json()["usage"]["total_tokens"]
+    assert probe.json()["usage"]["prompt_tokens"] >= 3 > BODY["max_tokens"]  # a prompt's worth is more
+    limit = 20 * cost + 1
     cli.set_group("budget", tokens_per_day=limit)
     rec, key = cli.create_key("greedy", "budget")
-    routers = [start_router(state.path, store=s) for s in router_stores]
-    biggest = 0  # the most tokens one request used
     waves = 0
-    while waves < 8:  # 20 at once, again and again, until the quota refuses a whole wave
+    used = 0
+    while waves < 10:  # 20 at once, again and again, until the quota refuses a whole wave
         waves += 1
         answers = fire(routers, key, 20)
         assert {r.status_code for r in answers} <= {200, 429}, [r.text[:200] for r in answers]
-        served = [r.json()["usage"]["total_tokens"] for r in answers if r.status_code == 200]
-        biggest = max([biggest, *served])
+        served = [r for r in answers if r.status_code == 200]
         for r in answers:
             if r.status_code == 429:
                 assert r.json()["error"]["code"] == "insufficient_quota"
@@ -78,14 +95,36 @@ def test_a_token_quota_holds_across_three_routers(pg_stores: list[Store], engine
         for router in routers:
             router.admin("/api/v1/usage")  # flushes that router's counts before answering
         used = group_tokens(cli, rec.id)
-        assert used <= limit + biggest, f"wave {waves}: {used} tokens used against a limit of {limit}"
+        assert used <= limit + BODY["max_tokens"], \
+            f"wave {waves}: {used} tokens used against a limit of {limit} (max_tokens {BODY['max_tokens']})"
         if not served:
             break
     print(f"token quota over 3 routers: {used} tokens used against {limit} in {waves} waves of 20, "
-          f"the largest request {biggest}")
-    assert waves < 8, "the quota never refused a whole wave"
-    assert used >= limit  # it was reached, not refused early for ever
+          f"{cost} tokens a request, max_tokens {BODY['max_tokens']}")
+    assert not served, "the quota never refused a whole wave"
+    # Refused only once the prompt's bound (a token per body byte) no longer fits.
+    assert used + len(encode(BODY)) > limit
     assert cli.reserved_tokens(time.time()) == 0  # every reservation settled
+
+
+def test_the_prompt_must_fit_and_only_the_completion_may_pass(sqlite_store: Store) -> None:
+    """The store's admission rule, as three routers meet it, one request at a time."""
+    from llmgw.store import GroupLimit
+
+    sqlite_store.set_group("g", tokens_per_day=100)
+    key = sqlite_store.create_key("k", "g")[0].id
+    limits = [GroupLimit("g", None, 100)]
+
+    def admit(rid: str, prompt: int, completion: int) -> bool:
+        return sqlite_store.admit(key, limits, now=1000.0, day="d", reserve=prompt + completion, fit=prompt,
+                                  reservation_id=rid, expires_at=5000.0) is None
+
+    assert admit("a", 60, 30)  # 90 held
+    assert not admit("b", 11, 0)  # its prompt does not fit beside 90 held
+    assert admit("c", 10, 500)  # its prompt fits: only its completion may pass
+    assert not admit("d", 1, 0)  # nothing left at all
+    sqlite_store.add_usage([UsageDelta(key, "d", "m", 1, 50, 0)], [], ["a", "c"], now=1000.0)
+    assert not admit("e", 51, 0) and admit("f", 50, 0)
 
 
 @pytest.mark.postgres
