@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from llmgw.errors import LlmgwError
+from llmgw.probe.sse import SseChunks
 
 PROMPT_WORD = " hello"
 
@@ -102,15 +103,13 @@ async def one_request(client: httpx.AsyncClient, url: str, key: str, payload: di
             if resp.status_code != 200:
                 sample.error = error_text(resp.status_code, await resp.aread())
                 return sample
-            done = False
+            chunks = SseChunks()
             async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done = True
+                chunk = chunks.feed(line)
+                if chunks.done:
                     break
-                chunk = json.loads(data)
+                if chunk is None:
+                    continue
                 sample.fingerprint = chunk.get("system_fingerprint") or sample.fingerprint
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
@@ -120,7 +119,7 @@ async def one_request(client: httpx.AsyncClient, url: str, key: str, payload: di
                 if isinstance(usage, dict):
                     sample.output_tokens = int(usage.get("completion_tokens") or 0)
                     sample.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            if not done:
+            if not chunks.done:
                 sample.error = "the stream ended without [DONE]"
                 return sample
     except httpx.TimeoutException:

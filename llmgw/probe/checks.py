@@ -30,6 +30,7 @@ import httpx
 from llmgw.catalog import CAPABILITIES
 from llmgw.errors import LlmgwError
 from llmgw.probe.bench import error_text
+from llmgw.probe.sse import SseChunks
 
 TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
@@ -112,7 +113,7 @@ class Checker:
         payload = {"model": self.model, "max_tokens": 8, "temperature": 0, "stream": True,
                    "messages": [{"role": "user", "content": "Say hello."}]}
         chunks = 0
-        done = False
+        stream = SseChunks()
         try:
             with self.client.stream("POST", self.base_url + "/v1/chat/completions", json=payload,
                                     headers={"Authorization": f"Bearer {self.key}"}, timeout=self.timeout) as resp:
@@ -125,21 +126,19 @@ class Checker:
                     raise _Verdict("fail", f"stream: the answer is {resp.headers.get('content-type')}, "
                                            "not text/event-stream")
                 for line in resp.iter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
+                    chunk = stream.feed(line)
+                    if stream.done:
                         break
-                    chunk = json.loads(data)
+                    if chunk is None:
+                        continue
                     if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or []):
                         chunks += 1
         except httpx.HTTPError as exc:
             raise _Verdict("fail", f"stream: broken off ({type(exc).__name__})") from None
         except ValueError:
             raise _Verdict("fail", "stream: a chunk is not JSON") from None
-        if not chunks or not done:
-            raise _Verdict("fail", f"stream: {chunks} content chunks, {'' if done else 'no '}[DONE]")
+        if not chunks or not stream.done:
+            raise _Verdict("fail", f"stream: {chunks} content chunks, {'' if stream.done else 'no '}[DONE]")
         return f"{chunks} content chunks, then [DONE]"
 
     def completion(self) -> str:
