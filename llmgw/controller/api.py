@@ -8,6 +8,8 @@ listener: whoever reaches it can approve a destructive plan.
     POST /api/v1/runs/{id}/approve   approve a waiting run; the next tick applies it
     GET  /api/v1/demand              per model: current/desired replicas, load, the last scale
                                      decision and its reason; activations in flight; routers
+    GET  /metrics                    Prometheus: activations and scale decisions by outcome
+                                     (llmgw.controller.metrics; loopback, as the rest here)
 
 The routers' demand API (`demand_app`) is another listener, reachable by the routers and
 answering only a bearer token (llmgw.apply.controller_token); it can report load and ask
@@ -29,9 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
 
 from llmgw.controller.demand import ReportError, parse_report
 from llmgw.controller.loop import Controller
+from llmgw.controller.metrics import CONTENT_TYPE
 from llmgw.errors import LlmgwError
 
 MAX_REPORT_BYTES = 4 * 1024 * 1024
@@ -60,6 +64,10 @@ def controller_app(controller: Controller) -> FastAPI:
     @app.get("/api/v1/demand")
     def demand() -> dict[str, Any]:
         return controller.scaler.view()
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(controller.scaler.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.post("/api/v1/runs/{run_id}/approve")
     def approve(run_id: int) -> dict[str, Any]:

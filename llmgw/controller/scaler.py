@@ -24,6 +24,7 @@ from llmgw.apply import applier_for
 from llmgw.apply.on_demand_plans import activation_plan, deactivation_plan
 from llmgw.catalog.load import load_catalog
 from llmgw.controller.demand import Decision, History, ModelDemand, Reports, decide, desired_count, fleet_view, load_of
+from llmgw.controller.metrics import ControllerMetrics
 from llmgw.controller.runs import RunStore
 from llmgw.errors import LlmgwError
 from llmgw.inventory import load_inventory
@@ -79,6 +80,7 @@ class Scaler:
         self._lock = threading.Lock()
         self._activations: dict[str, Activation] = {}
         self._holds: dict[str, int] = {}  # model -> activation_timeout from the catalog
+        self.metrics = ControllerMetrics(lambda: [a.model for a in self.activations()])
 
     # -- from the API (any thread) -----------------------------------------------------------
 
@@ -125,6 +127,7 @@ class Scaler:
         with self._lock:
             self._holds = {m.name: m.scaling.activation_timeout for m in catalog}
             asked = {m for m, a in self._activations.items() if a.status == "pending"}
+        self.metrics.models = frozenset(m.name for m in catalog)
         chosen: Decision | None = None
         for m in catalog:
             demand = model_demand(m.name, m.scaling, state, datetime.now(UTC))
@@ -141,6 +144,7 @@ class Scaler:
                 self._set(m.name, "ready")
         for unknown in asked - {m.name for m in catalog}:
             self._set(unknown, "failed", f"{unknown} is not a model in the catalog")
+            self.metrics.activation(unknown, "refused")
         if chosen is not None:
             self._carry_out(site, commit, chosen, state)
 
@@ -163,6 +167,7 @@ class Scaler:
             view.decision, view.decided_at = f"{d.kind} refused: {why}", _stamp()
             if d.kind == "activate":
                 self._set(d.model, "failed", why)
+            self._count(d, "refused")
             self.say(why)
             return
         if plan is None:
@@ -193,6 +198,7 @@ class Scaler:
             self.runs.update(run.id, status="failed", log=f"the state's lock is held: {held.holder.describe()}")
             if d.kind == "activate":
                 self._set(d.model, "pending", "waiting for the state's lock")
+            self._count(d, "deferred")
             return
         except LlmgwError as exc:
             lines += [f"Error: {exc.message}", *exc.detail]
@@ -201,6 +207,7 @@ class Scaler:
             view.decision, view.decided_at = f"{d.kind} failed: {exc.message}", _stamp()
             if d.kind == "activate":
                 self._set(d.model, "failed", f"could not start a replica: {exc.message}")
+            self._count(d, "failed")
             return
         lines.append(f"applied: {len(outcome.created)} added, {len(outcome.destroyed)} destroyed "
                      f"(state serial {outcome.serial})")
@@ -210,6 +217,12 @@ class Scaler:
         view.decision, view.decided_at = f"{d.kind} (run {run.id}): {d.reason}", _stamp()
         if d.kind == "activate":
             self._set(d.model, "ready")
+        self._count(d, "applied")
+
+    def _count(self, d: Decision, outcome: Literal["applied", "failed", "refused", "deferred"]) -> None:
+        self.metrics.decision(d.model, d.kind, outcome)
+        if d.kind == "activate":
+            self.metrics.activation(d.model, "started" if outcome == "applied" else outcome)
 
     def view(self) -> dict[str, Any]:
         """Per model: current/desired replicas, load, the last decision; activations in flight.

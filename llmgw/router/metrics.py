@@ -20,9 +20,10 @@ What is counted (names as exposed; `rate()` of a counter is per second):
     llmgw_tokens_total{model,replica,kind}                 kind = prompt (in) | completion (out)
     llmgw_upstream_errors_total{model,replica,kind}        failed attempts (connect, status, ...)
     llmgw_rejected_requests_total{reason}                  refused before routing
-    llmgw_activations_total{model,outcome}                 on-demand starts (demand's ondemand.py)
-    llmgw_scale_decisions_total{model,direction,reason}    autoscaling decisions seen by this process
     llmgw_replica_in_flight / _healthy / _state, llmgw_state_serial   gauges from the table
+
+Activations and scale decisions are the controller's (llmgw.controller.metrics): a router
+never decides either, it asks the controller.
 
 Labels are bounded: models and replicas only take names from the state (anything else
 counts as "-"), statuses are integers, kinds and reasons are the callers' constants.
@@ -88,8 +89,6 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tokens": ("Tokens reported by the engines: prompt (in) and completion (out)", ("model", "replica", "kind")),
     "upstream_errors": ("Failed upstream attempts", ("model", "replica", "kind")),
     "rejected_requests": ("Requests refused before routing", ("reason",)),
-    "activations": ("On-demand activations of a model, by outcome", ("model", "outcome")),
-    "scale_decisions": ("Scaling decisions for a model seen by this process", ("model", "direction", "reason")),
 }
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
     "request_duration_seconds": ("Time from request to the end of the response", ("model",), BUCKETS),
@@ -162,18 +161,6 @@ class RouterMetrics(Collector):
 
     def reject(self, reason: str) -> None:
         self._count("rejected_requests", (reason,))
-
-    def activation(self, model: str, outcome: str) -> None:
-        """An on-demand start of `model` ended. For ondemand.py (the demand engineer's): call
-        it once per activation with a fixed word for `outcome` ("started", "failed",
-        "timeout"), never an error text (labels must stay a small set)."""
-        self._count("activations", (self._model(model), outcome))
-
-    def scale_decision(self, model: str, direction: str, reason: str) -> None:
-        """A scaling decision for `model` made or relayed by this process. For the demand
-        engineer's autoscaling: `direction` is "up" | "down", `reason` a fixed word ("load",
-        "idle", "min", ...), never free text."""
-        self._count("scale_decisions", (self._model(model), direction, reason))
 
     # -- across processes ----------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw.apply.controller_token import router_token_for
 from llmgw.controller import Controller
 from llmgw.controller import scaler as scaler_mod
+from llmgw.controller.api import controller_app, demand_app
 from llmgw.controller.demand import ReplicaLoad, Report
 from llmgw.errors import RunnerError
 from llmgw.planner import Action, Desired, Plan, Summary
+from llmgw.site import Site
 from llmgw.state import LockHeld, LockInfo, Replica, Shard, WriteMeta
 from tests.controller.test_demand_api import make_site
 
@@ -138,3 +143,41 @@ def test_a_held_state_lock_leaves_the_activation_pending(ctl: Controller) -> Non
     assert ctl.runs.all()[0].status == "applied" and len(ctl.backend.read().replicas) == 1
 
 
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_the_admin_api_exports_activations_and_scale_decisions_by_outcome(ctl: Controller,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    admin = TestClient(controller_app(ctl))
+    token = router_token_for(Site.load(ctl.site_dir).state_file)
+    routers = TestClient(demand_app(ctl, lambda: token))
+    assert routers.get("/metrics").status_code == 404  # not on the routers' listener
+    FakeApplier.fail = RunnerError("engines failed on n1")
+    ctl.scaler.ask("new", lambda _m: False)
+    ctl.scaler.ask("ghost", lambda _m: False)  # no such model: refused, counted under "-"
+    ctl.demand_tick()
+    FakeApplier.fail = None
+    monkeypatch.setattr(scaler_mod, "FAILED_KEPT", -1.0)  # the failure's hold-off, over
+    ctl.scaler.ask("new", lambda _m: False)
+    ctl.demand_tick()
+    with ctl.backend.lock("test"):
+        s = ctl.backend.read()
+        ctl.backend.write(s.model_copy(update={"replicas": [r.model_copy(update={"created_at": None})
+                                                            for r in s.replicas]}), expect_serial=s.serial)
+    report(ctl, **{"new-2": 1801.0})
+    ctl.demand_tick()
+    page = admin.get("/metrics")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
+    got = samples(page.text)
+    assert got[("llmgw_activations_total", (("model", "new"), ("outcome", "failed")))] == 1
+    assert got[("llmgw_activations_total", (("model", "new"), ("outcome", "started")))] == 1
+    assert got[("llmgw_activations_total", (("model", "-"), ("outcome", "refused")))] == 1
+    up = (("direction", "up"), ("model", "new"), ("outcome", "applied"), ("reason", "demand"))
+    down = (("direction", "down"), ("model", "new"), ("outcome", "applied"), ("reason", "idle"))
+    assert got[("llmgw_scale_decisions_total", up)] == 1 and got[("llmgw_scale_decisions_total", down)] == 1
+    assert got[("llmgw_activations_in_flight", (("model", "new"),))] == 0
+    assert not [k for k in got if k[0] == "llmgw_activations_in_flight" and dict(k[1])["model"] == "ghost"]
