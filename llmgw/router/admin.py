@@ -66,7 +66,7 @@ def model_json(router: Router, e: ModelEntry) -> dict[str, Any]:
     used = [r.last_used for r in e.replicas if r.last_used is not None]
     out: dict[str, Any] = {
         "name": e.name, "aliases": list(e.record.aliases), "fallbacks": list(e.record.fallbacks),
-        "scaling": e.record.scaling.model_dump(), "on_demand": e.on_demand,
+        "scaling": e.record.scaling.model_dump(), "routing": e.record.routing, "on_demand": e.on_demand,
         "available": router.answerable(e, now),
         "replicas": {**counts, "routable": len(e.routable(now))},
         "in_flight": sum(r.in_flight for r in e.replicas),

@@ -188,6 +188,7 @@ def test_admin_replicas_report_use(fleet: Fleet) -> None:
     assert models["tiny"]["available"] is True and models["tiny"]["replicas"] == {
         "starting": 0, "ready": 2, "draining": 0, "routable": 2}
     assert models["lazy"]["on_demand"] is True and models["lazy"]["available"] is False
+    assert models["tiny"]["routing"] == "least-load"  # the state's default: what the router balances by
     assert "last_used" not in models["nothing"]
 
 
