@@ -79,11 +79,13 @@ class _Server(uvicorn.Server):
         yield  # RouterServer handles signals for every listener at once
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A listening socket on host:port (non-blocking), or a UsageError saying why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -93,6 +95,29 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.setblocking(False)
     return sock
+
+
+def bind_group(host: str, port: int, count: int) -> list[socket.socket]:
+    """`count` listening sockets on one address (SO_REUSEPORT), one per worker: the kernel
+    spreads new connections over them by their addresses' hash. One socket shared by
+    every worker would not: each worker's loop wakes on the same connections, and the
+    first awake accepts all that are waiting, so a burst of keep-alive connections (a
+    load balancer's pool, a benchmark's) lands on one worker and stays there (seen: 32
+    of 32). The address is first bound alone, without SO_REUSEPORT, so that a listener
+    already there (another router of the same user with SO_REUSEPORT too) is an error,
+    not a silent share of its connections; port 0 resolves to one port for the group."""
+    probe = bind(host, port)
+    port = int(probe.getsockname()[1])
+    probe.close()
+    group: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            group.append(bind(host, port, reuse_port=True))
+    except BaseException:
+        for sock in group:
+            sock.close()
+        raise
+    return group
 
 
 @dataclass

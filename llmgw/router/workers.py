@@ -1,14 +1,16 @@
-"""A router on every core: a supervisor and N worker processes sharing the listening socket.
+"""A router on every core: a supervisor and N worker processes sharing the client address.
 
     llmgw router serve --workers N      (default: the CPUs this process may run on)
 
-The supervisor (the process systemd starts) binds the client socket, creates the shared
-counters (shared.py) and starts N workers, `python -m llmgw.router.worker`, handing
-each the listening socket, the counters and a control socket by file descriptor, and
-its settings on stdin (the store URL too: never on a command line). Every worker
-accepts on the same socket (the kernel hands each connection to one of them) and runs
-the whole client path — auth, quotas, routing, relay, usage — on its own event loop,
-counting its requests in flight in its own row of the shared counters.
+The supervisor (the process systemd starts) binds the client address once per worker
+(SO_REUSEPORT, server.py `bind_group`), creates the shared counters (shared.py) and
+starts N workers, `python -m llmgw.router.worker`, handing each its listening socket,
+the counters and a control socket by file descriptor, and its settings on stdin (the
+store URL too: never on a command line). The kernel spreads new connections over the
+workers' sockets (one shared socket would not: the first worker awake takes every
+waiting connection, and keep-alive connections stay where they landed). Each worker
+runs the whole client path — auth, quotas, routing, relay, usage — on its own event
+loop, counting its requests in flight in its own row of the shared counters.
 
 The supervisor serves the admin and metrics listeners for the router as a whole, from a
 `Router` of its own that routes nothing:
@@ -42,12 +44,15 @@ across processes as across routers.
 
 Stopping: SIGTERM (or SIGINT) to the supervisor forwards SIGTERM to every worker; each
 stops accepting, gives its requests `graceful_timeout` seconds and writes its last
-usage. The supervisor closes its copy of the socket at once (new connections are
+usage. The supervisor closes its copies of the sockets at once (new connections are
 refused, not queued), waits for the workers (killing any still there after
 graceful_timeout + 10 s) and stops its own listeners last, so a drain can be watched to
 its end. A worker that exits otherwise is restarted — at once, or after a backoff
 (1 s doubling to 30 s) while it keeps dying within 10 s of its start — with its row of
-in-flight counts zeroed first. Workers die with the supervisor (PR_SET_PDEATHSIG).
+in-flight counts zeroed first. Its socket stays open for a restart at once (the
+connections the kernel queued there wait for the replacement); for a backoff it is
+closed (new connections go to the other workers) and bound anew for the replacement.
+Workers die with the supervisor (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ from typing import Any
 
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import Activator
-from llmgw.router.server import RouterServer, bind
+from llmgw.router.server import RouterServer, bind, bind_group
 from llmgw.router.settings import RouterSettings
 from llmgw.router.shared import SharedTable
 from llmgw.router.worker import REPLY
@@ -127,7 +132,7 @@ class Supervisor:
     server: RouterServer | None = None
     _pool: list[_Worker] = field(default_factory=list)
     _shared: SharedTable | None = None
-    _client: socket.socket | None = None
+    _clients: list[socket.socket | None] = field(default_factory=list)  # worker i listens on [i]
     _stop: asyncio.Event | None = None
     _stopping: bool = False
     _retired: RouterMetrics | None = None  # the last counts of replaced workers
@@ -135,8 +140,10 @@ class Supervisor:
 
     async def run(self, *, install_signals: bool = True) -> None:
         self._stop = asyncio.Event()
-        self._client = bind(*self.listen)
-        self.addresses["client"] = self._client.getsockname()[:2]
+        self._clients = list(bind_group(*self.listen, self.workers))
+        first = self._clients[0]
+        assert first is not None
+        self.addresses["client"] = first.getsockname()[:2]
         self._shared = SharedTable.create(rows=self.workers)
         self.server = server = RouterServer(
             state_path=self.state_path, store=self.store, listen=None, admin_listen=self.admin_listen,
@@ -178,16 +185,19 @@ class Supervisor:
 
     # -- workers -------------------------------------------------------------------------
     async def _spawn(self, w: _Worker) -> None:
-        assert self._shared is not None and self._client is not None
+        assert self._shared is not None
+        client = self._clients[w.index]
+        if client is None:  # closed for its backoff: the address again, in the group
+            client = self._clients[w.index] = bind(*self.addresses["client"], reuse_port=True)
         ours, theirs = socket.socketpair()
         spec = {"index": w.index, "parent": os.getpid(), "state_path": str(self.state_path),
                 "store_url": self.store_url, "settings": dataclasses.asdict(self.settings),
                 "activator": self.activator_spec, "site_dir": str(self.site_dir) if self.site_dir else None,
                 "log_level": self.log_level, "graceful_timeout": self.graceful_timeout,
-                "client_fd": self._client.fileno(), "shared_fd": self._shared.fd, "control_fd": theirs.fileno()}
+                "client_fd": client.fileno(), "shared_fd": self._shared.fd, "control_fd": theirs.fileno()}
         try:
             w.proc = subprocess.Popen([sys.executable, "-m", "llmgw.router.worker"], stdin=subprocess.PIPE,
-                                      pass_fds=(self._client.fileno(), self._shared.fd, theirs.fileno()))
+                                      pass_fds=(client.fileno(), self._shared.fd, theirs.fileno()))
             assert w.proc.stdin is not None
             w.proc.stdin.write(json.dumps(spec).encode())  # far below a pipe's buffer: never blocks
             w.proc.stdin.close()
@@ -229,6 +239,10 @@ class Supervisor:
                 self._retired.absorb(w.snapshot)
                 w.snapshot = None
             self._shared.clear_row(w.index)
+            client = self._clients[w.index]
+            if w.backoff and client is not None:  # no new connections for it while it waits
+                client.close()
+                self._clients[w.index] = None
             w.proc = None
             w.ready = False
             w.restarts += 1
@@ -258,8 +272,9 @@ class Supervisor:
             if w.alive:
                 assert w.proc is not None
                 w.proc.send_signal(signal.SIGTERM)
-        if self._client is not None:
-            self._client.close()  # with the workers' copies closing, new connections are refused
+        for client in self._clients:
+            if client is not None:
+                client.close()  # with the workers' copies closing, new connections are refused
         deadline = time.monotonic() + self.graceful_timeout + 10
         while any(w.alive for w in self._pool) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

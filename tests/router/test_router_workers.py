@@ -4,7 +4,8 @@ What must hold across the worker processes: the admin API counts every worker's 
 in flight (what apply's drain polls), so a drain waits for requests another worker
 holds; /metrics adds the workers' counts up; a group quota holds across workers (SQLite
 and PostgreSQL stores); a killed worker is replaced and its in-flight counts cleared;
-SIGTERM drains every worker.
+SIGTERM drains every worker; keep-alive connections opened in a burst spread over the
+workers (each has a socket of its own), and an address another listener holds is refused.
 
 The engine is a narrow double (an aiohttp server in this process): a stream that holds
 until the test releases it, which the tiny llama-server cannot do on cue. Which worker
@@ -18,7 +19,9 @@ import asyncio
 import http.client
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -152,13 +155,16 @@ class Workers:
         return bool(status["ready"] == status["count"])
 
 
-def start_workers(state_path: Path, store_url: str, log: Path, workers: int = WORKERS) -> Workers:
+def start_workers(state_path: Path, store_url: str, log: Path, workers: int = WORKERS,
+                  cpu: int | None = None) -> Workers:
+    """The router; `cpu`: all its processes on that one CPU (workers, then, take turns)."""
     port, admin_port = free_port(), free_port()
     argv = [sys.executable, "-c", "from llmgw.cli import main; main()", "router", "serve",
             "--state", str(state_path), "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
             "--store", store_url, "--workers", str(workers), *FAST]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}))
     w = Workers(proc, port, admin_port, log)
 
     def up() -> bool:
@@ -189,6 +195,7 @@ class Held:
 
     port: int
     key: str
+    conn: http.client.HTTPConnection | None = None  # one connected already, or a new one
     status: int | None = None
     body: bytes = b""
     error: BaseException | None = None
@@ -199,7 +206,7 @@ class Held:
         return self
 
     def _run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn = self.conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:
             conn.request("POST", "/v1/chat/completions", json.dumps(
                 {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}),
@@ -356,6 +363,61 @@ def test_sigterm_drains_every_worker(router: tuple[Workers, str], engine: HoldEn
     for pid in pids:
         wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists() or "zombie" in _proc_state(pid), 10,
                    f"worker {pid} gone")
+
+
+def test_a_burst_of_connections_spreads_over_the_workers(tmp_path: Path, state: StateFile, engine: HoldEngine,
+                                                         store_url: str) -> None:
+    # A load balancer's pool, or a benchmark, opens its keep-alive connections at once;
+    # they stay where they land. On one shared socket the first worker to run took them
+    # all (seen: 32 of 32 on a busy host; here both workers share one CPU, so one runs
+    # first); a socket per worker lets the kernel spread them (all 16 on one of 2
+    # workers by chance: 2 in 65,536).
+    state.write([model("m")], [replica("r1", "m", engine.endpoint)])
+    store = open_store(store_url)
+    _, key = store.create_key("tester")
+    store.close()
+    w = start_workers(state.path, store_url, tmp_path / "router.log", cpu=min(os.sched_getaffinity(0)))
+    try:
+        socks = [socket.socket() for _ in range(16)]
+        for sock in socks:  # every handshake started before any completes, as a pool does
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", w.port))
+        _, writable, _ = select.select([], socks, [], 10)
+        assert len(writable) == len(socks)
+        conns = []
+        for sock in socks:
+            sock.settimeout(60)
+            conn = http.client.HTTPConnection("127.0.0.1", w.port, timeout=60)
+            conn.sock = sock
+            conns.append(conn)
+        held = [Held(w.port, key, conn=c).start() for c in conns]
+        wait_until(lambda: engine.holding == len(held), 20, f"{len(held)} streams held by the engine")
+        by_worker = w.replica("r1")["in_flight_by_worker"]
+        assert sum(by_worker) == len(held) and all(n > 0 for n in by_worker), by_worker
+        engine.release()
+        for h in held:
+            assert h.done.wait(30)
+        assert all(h.complete for h in held)
+    finally:
+        engine.release()
+        stop(w)
+
+
+def test_an_address_another_listener_holds_is_refused(tmp_path: Path, state: StateFile, store_url: str) -> None:
+    # Workers bind with SO_REUSEPORT, which would let them join another listener of the
+    # same user that has it too (a router left running) and take half its connections.
+    state.write([model("m")], [])
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        r = subprocess.run([sys.executable, "-c", "from llmgw.cli import main; main()", "router", "serve",
+                            "--state", str(state.path), "--store", store_url, "--workers", "2",
+                            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{free_port()}"],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"Error: cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def _proc_state(pid: int) -> str:
