@@ -1,10 +1,17 @@
-"""Hostile catalogs, as a pull request could bring them, through the real CLI in a child
-process (`llmgw catalog validate`, `llmgw plan`): each is refused with `Error:` and the
-file:line of the offending key, exit 1, no traceback, nothing run, in bounded time (the
-generous subprocess timeout, not a timed assert)."""
+"""Hostile catalogs, as a pull request could bring them, through the real CLI
+(`llmgw catalog validate`, `llmgw plan`): each is refused with `Error:` and the file:line of
+the offending key, exit 1, no traceback, nothing run.
+
+The resource bombs and the inventory script go through a child process, as an operator's
+shell runs them, in bounded time (the generous subprocess timeout, not a timed assert): a
+hang or a blow-up there cannot take the test run with it. The rest run the same entry point
+in-process (tests.support.cli.run_cli, in the site's folder as the child was): what they
+check is our code's refusal, and a child costs a second of interpreter start-up each.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli import Result, run_cli
 
 LLMGW = Path(sys.executable).parent / "llmgw"
 TIMEOUT_S = 300  # far above the few seconds each takes; only a hang or a blow-up reaches it
@@ -39,16 +48,25 @@ def make_site(tmp: Path, catalog: str | bytes, *, config: str = "", inventory: s
     return root
 
 
-def llmgw(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LLMGW), "-C", str(root), *args], capture_output=True, text=True, errors="replace",
-                          timeout=TIMEOUT_S, cwd=root, check=False)
+def llmgw(root: Path, *args: str, child: bool = False) -> Result:
+    """`llmgw -C root ARGS` run in `root`: in a child process when `child`, else in-process."""
+    if child:
+        proc = subprocess.run([str(LLMGW), "-C", str(root), *args], capture_output=True, text=True,
+                              errors="replace", timeout=TIMEOUT_S, cwd=root, check=False)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+    here = Path.cwd()
+    os.chdir(root)  # where a payload that ran would write PWNED, as in the child
+    try:
+        return run_cli("-C", str(root), *args)
+    finally:
+        os.chdir(here)
 
 
-def refused(proc: subprocess.CompletedProcess[str], where: str) -> str:
+def refused(proc: Result, where: str) -> str:
     """Assert the one shape every refusal has; return stderr."""
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out, out
-    assert proc.returncode == 1, out
+    assert proc.exit_code == 1, out
     assert proc.stderr.startswith("Error:"), out
     assert re.search(where, out), f"expected {where!r} in:\n{out}"
     return proc.stderr
@@ -124,15 +142,18 @@ CASES = {
 
 # plan loads the catalog as validate does (one loader); it runs on a few, to show it refuses too
 PLAN_CASES = ["jinja in args", "python object tag", "billion laughs", "20,000-deep flow nesting", "not UTF-8"]
+# In a child process (see the module's docstring): the bombs, and a payload that would run a command.
+CHILD_CASES = {"billion laughs", "20,000-deep flow nesting", "python object tag"}
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_hostile_catalog_is_refused_at_its_line(tmp_path: Path, case: str) -> None:
     text, where = CASES[case]
     root = make_site(tmp_path, text)
-    refused(llmgw(root, "catalog", "validate", "--offline"), where)
+    child = case in CHILD_CASES
+    refused(llmgw(root, "catalog", "validate", "--offline", child=child), where)
     if case in PLAN_CASES:
-        refused(llmgw(root, "plan"), where)
+        refused(llmgw(root, "plan", child=child), where)
     assert not list(root.rglob("PWNED")) and not (tmp_path / "PWNED").exists()
 
 
@@ -140,7 +161,7 @@ def test_a_100_mb_catalog_is_refused_unread(tmp_path: Path) -> None:
     root = make_site(tmp_path, "")
     with (root / "catalog" / "models.yaml").open("wb") as fh:
         fh.truncate(100 * 1024 * 1024)  # sparse: 100 MB of NUL bytes
-    refused(llmgw(root, "catalog", "validate", "--offline"), r"models\.yaml: is larger than 8 MiB")
+    refused(llmgw(root, "catalog", "validate", "--offline", child=True), r"models\.yaml: is larger than 8 MiB")
 
 
 def test_a_clashing_alias_and_a_missing_fallback_point_at_their_own_lines(tmp_path: Path) -> None:
@@ -191,7 +212,7 @@ def test_plan_runs_no_inventory_script(tmp_path: Path) -> None:
     script.chmod(0o755)
     (root / "ansible.cfg").write_text(f"[inventory]\nenable_plugins = script, yaml\n[defaults]\n"
                                       f"vault_password_file = {script}\n")
-    proc = llmgw(root, "plan")
+    proc = llmgw(root, "plan", child=True)
     assert not marker.exists(), proc.stdout + proc.stderr
     refused(proc, r"could not parse the inventory")
 
@@ -235,4 +256,4 @@ def test_an_inventory_yaml_bomb_is_refused_before_ansible_expands_it(tmp_path: P
     bomb = "all:\n  vars:\n    a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"    {c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
     root = make_site(tmp_path, model(), inventory=bomb + "  hosts:\n    node-1: {}\n")
-    refused(llmgw(root, "plan"), r"hosts\.yml:\d+: expands to more than 1,000,000 values")
+    refused(llmgw(root, "plan", child=True), r"hosts\.yml:\d+: expands to more than 1,000,000 values")
