@@ -139,7 +139,7 @@ def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: s
             server = RouterServer(state_path=state_path.resolve(), store=store, listen=client_addr,
                                   admin_listen=admin_addr, metrics_listen=metrics_addr, settings=settings,
                                   site_dir=site_dir, activator=loaded)
-        else:  # workers.py: N processes on one socket, this one answering the admin API for all
+        else:  # workers.py: N processes on one address, this one answering the admin API for all
             server = Supervisor(workers=workers, state_path=state_path.resolve(), store=store, store_url=url,
                                 listen=client_addr, admin_listen=admin_addr, metrics_listen=metrics_addr,
                                 settings=settings, site_dir=site_dir, activator=loaded,

@@ -21,7 +21,7 @@
     asgi.py        the ASGI types of the raw hot path
     openai_errors.py  every refusal in the OpenAI error shape
     server.py      uvicorn listeners in one process
-    workers.py     N worker processes on one socket; the supervisor answers the admin API
+    workers.py     N worker processes on one address (a socket each); the supervisor answers the admin API
     worker.py      one worker process (python -m llmgw.router.worker)
     shared.py      the workers' shared counters: in flight, requests, last use, serials
     plugins.py     loading an Activator named MODULE:FACTORY
