@@ -4,9 +4,10 @@
   ties spread in turn (table.py's `ModelEntry.pick`).
 - `prefix-affinity`: requests whose prompts start alike go to the same replica, so the
   engine's prompt cache (llama.cpp's slots, vLLM's automatic prefix caching) already
-  holds their prefix and only the rest is prefilled. The prefix (system prompt and the
-  first user turn, the head of a completion prompt, a response's instructions and
-  input) is hashed to a point on a ring of virtual nodes, `VNODES` per replica; the
+  holds their prefix and only the rest is prefilled. The prefix (a long system prompt
+  alone, else the system prompt and the first user turn; the head of a completion
+  prompt; a response's instructions, and its input unless they are long) is hashed to a
+  point on a ring of virtual nodes, `VNODES` per replica; the
   request goes to the first replica clockwise that is routable and not over its bound,
   `ceil(LOAD_FACTOR * average in flight)` counting the request itself (consistent
   hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2017), so a popular
@@ -33,6 +34,16 @@ LOAD_FACTOR = 1.25  # a replica takes a prefix while its in-flight stays within 
 # or a document apart, short enough to hash in microseconds; prompts that differ only
 # after this share a replica, which is what a shared long prefix should do.
 PREFIX_CHARS = 2048
+# A system prompt (or a response's instructions) at least this long is what conversations
+# share: the key is it alone, so every conversation over it lands on one replica, whose
+# cache then holds it (and each conversation's later turns go there too). Below this, a
+# system prompt shared by much traffic ("You are a helpful assistant.") says little about
+# where a prompt's cache is: the first user turn joins the key and keeps each conversation
+# on one replica. Without this, a 1,800-character system prompt left room in PREFIX_CHARS
+# for the start of the first user turn, so every conversation over it had a key of its
+# own and went anywhere (bench/prefix measured no gain over least-load).
+SHARED_SYSTEM_CHARS = 512
+SYSTEM_ROLES = ("system", "developer")
 
 
 class Candidate(Protocol):
@@ -129,22 +140,33 @@ def _text(content: Any) -> str:
 
 
 def _turns(items: Any) -> Iterable[str]:
-    """Role and text of the messages up to and including the first user turn.
+    """Role and text of the leading system messages, and, unless those hold at least
+    SHARED_SYSTEM_CHARS, of the messages up to and including the first user turn.
 
     The same for every turn of one conversation (later turns are appended after it), and
-    for every conversation over one system prompt when that prompt fills the prefix.
+    for every conversation over one long system prompt. Lazy: the caller stops reading at
+    PREFIX_CHARS.
     """
     if isinstance(items, str):
         yield items
         return
     if not isinstance(items, list):
         return
+    system = 0  # characters of the leading system messages
+    leading = True
     for m in items:
         if not isinstance(m, dict):
             continue
         role = m.get("role")
+        text = _text(m.get("content"))
+        if leading and role in SYSTEM_ROLES:
+            system += len(text)
+        elif leading:
+            leading = False
+            if system >= SHARED_SYSTEM_CHARS:
+                return
         yield f"\x1e{role if isinstance(role, str) else ''}\x1d"
-        yield _text(m.get("content"))
+        yield text
         if role == "user":
             return
 
@@ -183,7 +205,10 @@ def prefix_key(endpoint: str, req: dict[str, Any], limit: int = PREFIX_CHARS) ->
         pieces = _prompt(req.get("prompt"), limit)
     elif endpoint == "POST /v1/responses":
         instructions = req.get("instructions")
-        pieces = [instructions if isinstance(instructions, str) else "", "\x1e", *_turns(req.get("input"))]
+        if isinstance(instructions, str) and len(instructions) >= SHARED_SYSTEM_CHARS:
+            pieces = [instructions]
+        else:
+            pieces = [instructions if isinstance(instructions, str) else "", "\x1e", *_turns(req.get("input"))]
     else:
         return None
     head = _head(pieces, limit)

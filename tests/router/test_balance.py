@@ -14,7 +14,7 @@ from typing import get_args
 import pytest
 
 from llmgw.catalog.schema import Routing as CatalogRouting
-from llmgw.router.balance import LOAD_FACTOR, PREFIX_CHARS, Ring, bound, pick_by_prefix, prefix_key
+from llmgw.router.balance import LOAD_FACTOR, PREFIX_CHARS, SHARED_SYSTEM_CHARS, Ring, bound, pick_by_prefix, prefix_key
 from llmgw.router.table import RoutingTable
 from llmgw.state import Routing, State
 from tests.support.router import REPO, model, replica
@@ -117,6 +117,25 @@ def test_chat_key_is_the_system_prompt_and_first_turn() -> None:
     assert prefix_key(CHAT, {"messages": "not a list"}) is not None  # hostile shapes: a key or None, no error
     assert prefix_key(CHAT, {"messages": [1, None, {"role": 3}]}) is None
     assert prefix_key(CHAT, {}) is None
+
+
+def test_a_long_system_prompt_alone_is_the_key() -> None:
+    """Conversations over one long system prompt share a replica whatever their first turns,
+    even when the prompt leaves room in PREFIX_CHARS for them (bench/prefix's ~1,800
+    characters did: each conversation had a key of its own)."""
+    system = {"role": "system", "content": "You are assistant 1. " + "the of and " * 160}
+    assert SHARED_SYSTEM_CHARS <= len(system["content"]) < PREFIX_CHARS - 100
+    keys = {prefix_key(CHAT, {"messages": [system, {"role": "user", "content": f"session {i}: hi"}]})
+            for i in range(5)}
+    assert len(keys) == 1
+    dev = {"role": "developer", "content": system["content"]}
+    assert prefix_key(CHAT, {"messages": [dev, {"role": "user", "content": "a"}]}) == \
+        prefix_key(CHAT, {"messages": [dev, {"role": "user", "content": "b"}]})
+    other = {"role": "system", "content": "You are assistant 2. " + "the of and " * 160}
+    assert prefix_key(CHAT, {"messages": [other, {"role": "user", "content": "session 0: hi"}]}) not in keys
+    resp = "POST /v1/responses"
+    assert prefix_key(resp, {"instructions": system["content"], "input": "q1"}) == \
+        prefix_key(resp, {"instructions": system["content"], "input": "q2"})
 
 
 def test_completion_and_responses_keys() -> None:
