@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Prefix-affinity against least-load: time to first token and throughput on shared prefixes.
 
-    .venv/bin/python bench/prefix/run.py [--prefixes 6] [--prefix-words 400] [--sessions 36]
-                                         [--turns 3] [--clients 6] [--max-tokens 16] [--slots 2]
-                                         [--rounds 1] [--site DIR] [--json]
+    .venv/bin/python bench/prefix/run.py [--prefixes 10] [--prefix-words 400] [--sessions 60]
+                                         [--turns 3] [--clients 6] [--max-tokens 16] [--slots 4]
+                                         [--rounds 2] [--site DIR] [--json]
 
 On the lab (a throwaway one of three hosts, brought up and torn down here, unless
 --site names a running lab site), three replicas of a random-weight llama GGUF big
@@ -11,8 +11,12 @@ enough that prefill dominates (bench/prefix/model.py: 4 layers x 256, ~1,100 pro
 tokens of prefix take about a second to prefill on one of these cores, a cached one
 under a fifth of that) serve model `prefix-bench` through the real router. Each
 llama-server keeps the prompts of its `--slots` slots and nothing more (`--cache-ram 0`):
-an engine whose cache holds fewer prefixes than the traffic has (where a request lands
-matters then; README has a run where 2 slots were too few for affinity to pay).
+an engine whose cache holds fewer prefixes than the traffic has, so where a request lands
+matters. The defaults size that: 10 prefixes over 3 replicas of 4 slots, so under
+least-load a replica sees all 10 and can keep 4, while prefix-affinity gives each about
+a third of them, with room for a hot prefix spilled to a second replica; and 4 slots
+exceed the most requests the load bound lets a replica hold with 6 clients (3), so a
+request never waits in the engine for a slot (with 2 slots it did: README).
 
 One run measures both policies side by side: two catalog models of the same weights and
 engine settings, `prefix-bench-ll` (`routing: least-load`) and `prefix-bench-pa`
@@ -20,9 +24,11 @@ engine settings, `prefix-bench-ll` (`routing: least-load`) and `prefix-bench-pa`
 one apply; then a phase on each in turn (`--rounds 2` runs them ABBA, so a change in the
 machine's load falls on both), the idle model's engines idle meanwhile. A phase is
 `--sessions` conversations over `--prefixes` long system prompts (sessions spread evenly
-over them; new prompts each phase, so no phase starts on another's cache), `--turns`
-turns each (a turn appends the answer and a new question), run by `--clients` threads
-with the OpenAI SDK, streamed. It prints per policy the requests, failures, the share
+over them), `--turns` turns each (a turn appends the answer and a new question), run by
+`--clients` threads with the OpenAI SDK, streamed. Both policies get the same requests in
+the same order: a round's prompts and questions come from its seed alone (new prompts
+each round, so no round starts on another's cache; the two models' engines are separate
+processes, so neither starts on the other's). It prints per policy the requests, failures, the share
 of prompt tokens the engines found cached, TTFT p50/p90 and throughput (requests/s),
 and the ratios. Exit status 1 when a request failed or the goal (#16: prefix-affinity's
 TTFT p50 at least 2x lower, throughput no lower) is not met. Timings on these shared
@@ -143,6 +149,7 @@ def session(api: openai.OpenAI, policy: str, system: str, sid: int, turns: int, 
 
 
 def run_phase(base_url: str, key: str, policy: str, seed: int, args: argparse.Namespace) -> Phase:
+    """One policy's phase; the same `seed` gives the same prompts, questions and order."""
     rng = random.Random(seed)
     systems = [f"You are assistant {seed}-{k}. " + words(rng, args.prefix_words) for k in range(args.prefixes)]
     todo: queue.Queue[tuple[int, str]] = queue.Queue()
@@ -155,14 +162,16 @@ def run_phase(base_url: str, key: str, policy: str, seed: int, args: argparse.Na
 
     def client(n: int) -> None:
         api = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=600)
-        crng = random.Random(seed * 1000 + n)
         try:
             while True:
                 try:
                     sid, system = todo.get_nowait()
                 except queue.Empty:
                     return
-                rows = session(api, policy, system, sid, args.turns, args.max_tokens, crng)
+                # A session's questions depend on the seed and the session, not on which
+                # client thread happened to take it.
+                rows = session(api, policy, system, sid, args.turns, args.max_tokens,
+                               random.Random(seed * 100_003 + sid))
                 with lock:
                     phase.done.extend(rows)
         finally:
@@ -247,7 +256,7 @@ def bench(site: Path, args: argparse.Namespace, own: bool) -> dict[str, Any]:
     plan = [order[(i // 2 + i) % 2] if args.rounds > 1 else order[i % 2] for i in range(2 * args.rounds)]
     phases: dict[str, list[Phase]] = {"least-load": [], "prefix-affinity": []}
     for i, policy in enumerate(plan):
-        phase = run_phase(base_url, key, policy, i + 1, args)
+        phase = run_phase(base_url, key, policy, i // 2 + 1, args)  # round r: seed r for both policies
         phases[policy].append(phase)
         s = summary([phase])
         print(f"bench: phase {i + 1}/{len(plan)} {policy}: {s['requests']} requests in {s['elapsed_s']} s, "
@@ -288,21 +297,27 @@ def report(res: dict[str, Any]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prefixes", type=int, default=6, help="distinct long system prompts per phase")
+    ap.add_argument("--prefixes", type=int, default=10, help="distinct long system prompts per phase")
     ap.add_argument("--prefix-words", type=int, default=400, help="words per system prompt (~2.8 tokens each)")
-    ap.add_argument("--sessions", type=int, default=36, help="conversations per phase")
+    ap.add_argument("--sessions", type=int, default=60, help="conversations per phase")
     ap.add_argument("--turns", type=int, default=3, help="requests per conversation")
     ap.add_argument("--clients", type=int, default=6, help="conversations at once")
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--slots", type=int, default=2, help="llama-server --parallel: prompts each replica keeps")
-    ap.add_argument("--ctx", type=int, default=8192, help="llama-server --ctx-size (shared by the slots)")
-    ap.add_argument("--rounds", type=int, default=1, help="phases per policy (2: ABBA order)")
+    ap.add_argument("--slots", type=int, default=4, help="llama-server --parallel: prompts each replica keeps")
+    ap.add_argument("--ctx", type=int, help="llama-server --ctx-size, split between the slots (default: 3,072 "
+                    "per slot)")
+    ap.add_argument("--rounds", type=int, default=2, help="phases per policy (2: ABBA order)")
     ap.add_argument("--site", type=Path, help="a running lab's site (default: a throwaway lab of three hosts)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     if min(args.prefixes, args.prefix_words, args.sessions, args.turns, args.clients, args.max_tokens, args.slots,
            args.rounds) < 1:
         sys.exit("Error: every count (--prefixes, --sessions, --turns, --clients, ...) must be at least 1")
+    if args.ctx is None:
+        args.ctx = 3072 * args.slots
+    if args.ctx < 2048 * args.slots:
+        sys.exit(f"Error: --ctx {args.ctx} leaves a slot under 2,048 tokens; a prompt of --prefix-words "
+                 f"{args.prefix_words} and its turns needs about that: give --ctx {3072 * args.slots} or more")
     if args.site is not None:
         res = bench(args.site.resolve(), args, own=False)
     else:
