@@ -22,7 +22,9 @@ Node 1 is larger (more memory, label `size: large`, `role: coding`) than the oth
 (`size: small`, `role: general`), so placement always has something to decide. Node 1
 is also the lab's router host (group `llmgw_routers`): the control host has no systemd.
 The tiny model reaches every host through a read-only mount of $LLMGW_CACHE/models at
-/srv/models, listed in `llmgw_model_dirs`, like a model share on a real fleet.
+/srv/models, listed in `llmgw_model_dirs`, like a model share on a real fleet; the engine
+venvs scripts/build-engine-venvs builds (vLLM's CPU build) through one of
+$LLMGW_CACHE/engine-venvs at /opt/llmgw/engine-venvs, listed in `llmgw_engine_venv_dirs`.
 
 Why long: `up`, `down` and `status` share the names, labels, key and inventory
 described above; apart, each would re-derive them.
@@ -57,6 +59,10 @@ SITE_LABEL = "llmgw.lab.site"
 HOST_LABEL = "llmgw.lab.host"
 LABELS_LABEL = "llmgw.lab.labels"
 MODELS_MOUNT = "/srv/models"
+# Where hosts see $LLMGW_CACHE/engine-venvs (scripts/build-engine-venvs: vLLM's CPU build),
+# read-only, listed in llmgw_engine_venv_dirs: the role links the venv instead of
+# installing 3.5 GB of wheels on every lab host (minutes of CPU each).
+ENGINE_VENVS_MOUNT = "/opt/llmgw/engine-venvs"
 LAB_DIR = ".lab"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,39}$")
 MAX_NODES = 9
@@ -105,6 +111,7 @@ class LabNode:
     memory_mb: int | None
     labels: dict[str, str] = field(default_factory=dict)
     site: str = ""
+    engine_venvs: bool = False  # created with the engine venvs mounted (ENGINE_VENVS_MOUNT)
 
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "container": self.container, "state": self.state,
@@ -229,7 +236,9 @@ class Lab:
         return LabNode(host=labels.get(HOST_LABEL, c.get("Name", "?")), container=c.get("Name", "?").lstrip("/"),
                        state=c.get("State", {}).get("Status", "unknown"), address=address,
                        memory_mb=memory // (1024 * 1024) if memory else None, labels=node_labels,
-                       site=labels.get(SITE_LABEL, ""))
+                       site=labels.get(SITE_LABEL, ""),
+                       engine_venvs=any(isinstance(m, dict) and m.get("Destination") == ENGINE_VENVS_MOUNT
+                                        for m in c.get("Mounts") or []))
 
     # -- up --------------------------------------------------------------------------
     def up(self, count: int = 3, progress: Progress | None = None) -> list[LabNode]:
@@ -321,6 +330,7 @@ class Lab:
     def _create(self, spec: NodeSpec) -> None:
         models = cache_root() / "models"
         models.mkdir(parents=True, exist_ok=True)
+        venvs = cache_root() / "engine-venvs"
         name = self.container(spec.host)
         if self.podman.run("container", "exists", name, check=False).returncode == 0:
             raise LabError(f"a container {name!r} exists that the lab did not make",
@@ -338,6 +348,7 @@ class Lab:
             "--cap-add", "SYS_ADMIN",
             "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
             "--volume", f"{models}:{MODELS_MOUNT}:ro",
+            *(["--volume", f"{venvs}:{ENGINE_VENVS_MOUNT}:ro"] if venvs.is_dir() else []),
             self.image, "/sbin/init")
 
     def _exec(self, host: str, *cmd: str, input: str | None = None, check: bool = True,
@@ -419,6 +430,8 @@ class Lab:
                 ("llmgw_lab_container", n.container),
                 ("llmgw_lab_memory_mb", spec.memory_mb),
             ])
+            if n.engine_venvs:
+                hv["llmgw_engine_venv_dirs"] = _flow(CommentedSeq([ENGINE_VENVS_MOUNT]))
             for key, value in kept.get(n.host, {}).items():
                 hv[key] = value
             hosts[n.host] = hv

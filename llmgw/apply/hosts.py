@@ -128,8 +128,10 @@ class Hosts:
         hub = {"llmgw_weights_wheelhouse": str(hub_wheelhouse())} \
             if any(is_repo_source(e["source"].partition("?")[0]) for es in weights.values() for e in es) \
             else {}
-        # vLLM and SGLang: hosts install them offline from archives of wheels built here.
-        reqs = sorted({python_requirement(str(e["engine"]), bool(e.get("gpus"))) for es in shards.values()
+        # vLLM and SGLang: hosts install them offline from archives of wheels built here, except
+        # hosts that take built venvs from folders of their own (llmgw_engine_venv_dirs).
+        reqs = sorted({python_requirement(str(e["engine"]), bool(e.get("gpus")))
+                       for host, es in shards.items() if not self._has_venv_dirs(host)
                        for e in es if e.get("state", "present") == "present" and e.get("engine") in ("vllm", "sglang")})
         engines = {"llmgw_engine_python_archives": {r: str(engine_wheelhouse(r)) for r in reqs}} if reqs else {}
         self._run(self.engines_playbook, step, list(shards),
@@ -137,6 +139,10 @@ class Hosts:
                    "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub, **engines,
                    "llmgw_apply_engine_keys": self._shard_keys(shards)},
                   progress)
+
+    def _has_venv_dirs(self, host: str) -> bool:
+        known = self.inventory.hosts.get(host)
+        return known is not None and bool(known.vars.get("llmgw_engine_venv_dirs"))
 
     def _shard_keys(self, shards: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, str]]:
         """host -> unit -> API key, for the shards that serve HTTP (rank 0) there."""

