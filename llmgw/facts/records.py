@@ -64,6 +64,10 @@ class Unit(_Model):
     # LLMGW_LINEAGE in the unit's environment: the state that made it. None: not reported
     # (facts or a unit from before lineages were recorded).
     lineage: str | None = None
+    # A shard's GPU indices (CUDA_VISIBLE_DEVICES) and the memory it uses now (MiB), for
+    # keeping another lineage's plans off them. None: not known (or no GPUs given).
+    gpus: list[int] | None = None
+    memory_mb: int | None = None
 
 
 class IbPort(_Model):

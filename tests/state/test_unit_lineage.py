@@ -14,11 +14,13 @@ llmgw-tiny-7-0.service   loaded failed failed  llmgw llamacpp shard tiny-7/0 ser
 """
 SHOW = """\
 Environment="HOME=/var/lib/llmgw" LLMGW_UNIT=llmgw-tiny-1-0 LLMGW_REPLICA=tiny-1 LLMGW_MODEL=tiny \
-LLMGW_LINEAGE=5b0c-ours
+LLMGW_LINEAGE=5b0c-ours CUDA_VISIBLE_DEVICES=2,3
 Id=llmgw-tiny-1-0.service
+MemoryCurrent=5368709120
 
 Environment=HOME=/var/lib/llmgw LLMGW_UNIT=llmgw-tiny-7-0 LLMGW_REPLICA=tiny-7 LLMGW_MODEL=tiny
 Id=llmgw-tiny-7-0.service
+MemoryCurrent=[not set]
 """
 
 
@@ -54,3 +56,13 @@ def test_systemctl_show_failing_leaves_lineage_unknown() -> None:
 
     found, _ = units.llmgw_units(run)
     assert all(u["lineage"] is None for u in found)
+
+
+def test_each_shard_unit_reports_its_gpus_and_memory_when_systemd_knows_them() -> None:
+    """What another lineage's planner reserves (llmgw.planner.reconcile): the unit's GPUs and memory."""
+    found, _ = units.llmgw_units(fake_systemctl([]))
+    shown = {u["name"]: (u.get("gpus"), u.get("memory_mb")) for u in found}
+    assert shown == {"llmgw-router.service": (None, None), "llmgw-tiny-1-0.service": ([2, 3], 5120),
+                     "llmgw-tiny-7-0.service": (None, None)}
+    assert units._gpu_list("GPU-5f1c,GPU-77aa") is None  # UUIDs name no index: not guessed
+    assert units._mib(str(2**64 - 1)) is None  # systemd's "not accounted"

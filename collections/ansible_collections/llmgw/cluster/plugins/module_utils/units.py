@@ -42,19 +42,29 @@ def llmgw_units(run: Run, pattern: str = "llmgw-*") -> Tuple[Optional[List[FactD
             if not parts or "@." in parts[0] or parts[0] in units:
                 continue
             units[parts[0]] = {"name": parts[0], "active_state": "inactive", "sub_state": "dead"}
-    lineages = unit_lineages(run, [n for n in sorted(units) if not n.startswith("llmgw-router")])
+    shown = unit_environments(run, [n for n in sorted(units) if not n.startswith("llmgw-router")])
     for name, unit in units.items():
-        unit["lineage"] = lineages.get(name)
+        lineage, gpus, memory_mb = shown.get(name, (None, None, None))
+        unit["lineage"] = lineage
+        if gpus is not None:  # a shard's GPUs and memory: another state's planner keeps off them
+            unit["gpus"] = gpus
+        if memory_mb is not None:
+            unit["memory_mb"] = memory_mb
     return [units[n] for n in sorted(units)], None
 
 
-def unit_lineages(run: Run, names: List[str]) -> Dict[str, Optional[str]]:
-    """Unit -> LLMGW_LINEAGE from its environment (the llmgw state that wrote it), in one
-    `systemctl show`; a unit without one (or when systemctl cannot tell) maps to None."""
+UnitShown = Tuple[Optional[str], Optional[List[int]], Optional[int]]
+
+
+def unit_environments(run: Run, names: List[str]) -> Dict[str, UnitShown]:
+    """Unit -> (LLMGW_LINEAGE, the GPU indices in CUDA_VISIBLE_DEVICES, the memory it uses
+    now in MiB) in one `systemctl show`; what a unit does not have (or systemctl cannot
+    tell) is None. A state's plans keep off the GPUs and memory of another state's units."""
     if not names:
         return {}
-    rc, out, _err = run(["systemctl", "show", "--no-pager", "-p", "Id", "-p", "Environment", "--", *names])
-    found: Dict[str, Optional[str]] = {}
+    rc, out, _err = run(["systemctl", "show", "--no-pager", "-p", "Id", "-p", "Environment", "-p", "MemoryCurrent",
+                         "--", *names])
+    found: Dict[str, UnitShown] = {}
     if rc != 0:
         return found
     for block in out.split("\n\n"):
@@ -70,5 +80,22 @@ def unit_lineages(run: Run, names: List[str]) -> Dict[str, Optional[str]]:
             words = shlex.split(props.get("Environment", ""))
         except ValueError:
             words = []
-        found[unit] = next((w.split("=", 1)[1] or None for w in words if w.startswith("LLMGW_LINEAGE=")), None)
+        env = dict(w.split("=", 1) for w in words if "=" in w)
+        found[unit] = (env.get("LLMGW_LINEAGE") or None, _gpu_list(env.get("CUDA_VISIBLE_DEVICES")),
+                       _mib(props.get("MemoryCurrent")))
     return found
+
+
+def _gpu_list(text: Optional[str]) -> Optional[List[int]]:
+    """CUDA_VISIBLE_DEVICES as GPU indices; None when unset or not plain indices (UUIDs)."""
+    if not text:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    return [int(p) for p in parts] if all(p.isdigit() for p in parts) else None
+
+
+def _mib(text: Optional[str]) -> Optional[int]:
+    """systemd's MemoryCurrent (bytes; `[not set]` or 2^64-1 when not accounted) in MiB."""
+    if not text or not text.isdigit() or int(text) >= 2**63:
+        return None
+    return -(-int(text) // (1024 * 1024))

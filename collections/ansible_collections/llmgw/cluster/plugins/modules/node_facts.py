@@ -118,7 +118,7 @@ ansible_facts:
       returned: always
       sample:
         - {name: llmgw-qwen2.5-7b-1-0.service, active_state: active, sub_state: running,
-           lineage: 6f1c2b9e-0d4a-4c57-9b1e-2f7a8c3d5e60}
+           lineage: 6f1c2b9e-0d4a-4c57-9b1e-2f7a8c3d5e60, gpus: [0, 1], memory_mb: 5120}
     llmgw_units_unknown_reason:
       description: Why C(llmgw_units) is null.
       type: str
