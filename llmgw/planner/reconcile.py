@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from llmgw.catalog import Model, Profile
 from llmgw.errors import PlanError
-from llmgw.planner.fleet import Fleet, NodeView
+from llmgw.planner.fleet import MB_PER_GB, Fleet, NodeView, fmt_gb
 from llmgw.planner.inputs import PlanInputs
 from llmgw.planner.placement import Choice, Need, Verdict, choose, rejections, verdicts
 from llmgw.planner.schema import (
@@ -120,6 +120,7 @@ class _Planner:
         self._specs: dict[tuple[str, str], str] = {}
         self._needs: dict[tuple[str, str], Need] = {}
         self.foreign: list[str] = []  # notes on units of another state's lineage
+        self.foreign_held: dict[str, list[str]] = {}  # node -> what another state's units hold there
 
     # -- the state, replica by replica -------------------------------------------------
 
@@ -243,7 +244,11 @@ class _Planner:
             assert parsed is not None
             if lineage is not None and lineage != self.state.lineage:
                 self.used_ids.add(parsed[0])  # never reuse its id: the unit name would clash
-                self.foreign.append(f"{node}: {unit} belongs to another state (lineage {lineage}); left alone")
+                held = self._reserve_foreign(node, unit)
+                self.foreign.append(f"{node}: {unit} belongs to another state (lineage {lineage}); left alone"
+                                    + (f", its {held} kept free" if held else ""))
+                if held:
+                    self.foreign_held.setdefault(node, []).append(f"{unit} of lineage {lineage}: {held}")
             elif (node, unit) not in recorded:
                 found.setdefault(parsed[0], []).append(UnitRef(node=node, unit=unit))
         for rid, units in sorted(found.items()):
@@ -252,6 +257,20 @@ class _Planner:
             where = ", ".join(f"{u.unit} on {u.node}" for u in units)
             self.actions.append(Action(action="destroy", replica=rid, model=model, stray=True, units=units,
                                        code="stray", reason=f"the state records no such replica ({where})"))
+
+    def _reserve_foreign(self, node: str, unit: str) -> str:
+        """Take the GPUs and memory facts show another state's unit using, so this plan puts
+        nothing on them; what was taken, for people ("" when facts show none)."""
+        view = self.fleet.by_name[node]
+        assert view.facts is not None and view.facts.units is not None
+        u = next(x for x in view.facts.units if x.name == unit)
+        gpus = sorted(set(u.gpus or []) - view.used)
+        mem_gb = (u.memory_mb or 0) / MB_PER_GB
+        if not gpus and not mem_gb:
+            return ""
+        self.fleet.take(view, gpus, mem_gb, None, None, "", None)
+        parts = [f"GPU{'s' if len(gpus) > 1 else ''} {', '.join(map(str, gpus))}"] if gpus else []
+        return " and ".join(parts + ([f"{fmt_gb(mem_gb)} GB of memory"] if mem_gb else []))
 
     # -- placement ------------------------------------------------------------------------
 
@@ -322,7 +341,9 @@ class _Planner:
                 continue
             for v in rejections(self.fleet, self._need(model, profile)):
                 assert v.reason is not None
-                found.append(Rejection(profile=profile.name, node=v.node, fabric=v.fabric, reason=v.reason))
+                held = self.foreign_held.get(v.node or "")
+                found.append(Rejection(profile=profile.name, node=v.node, fabric=v.fabric, reason=v.reason + (
+                    f" (held by another state's units: {'; '.join(held)})" if held else "")))
         return None, found
 
     def _unservable(self, model: Model, profile: Profile) -> Sequence[str]:
