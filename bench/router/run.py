@@ -29,8 +29,8 @@ from one run, and it prints the load average it ran under.
 
 On a machine other people's work keeps busy, `--nice -10` (root) gives the benchmark's
 processes a larger share of the CPUs for the run: with Linux's autogroups a nice value
-only counts inside a session, so it sets the nice of the benchmark's autogroup (its
-session), which every process it starts stays in.
+only counts inside a session, so the benchmark runs itself in a session of its own and
+sets the nice of that session's autogroup, which every process it starts stays in.
 
 Exit status 1 when the router's p50 added latency is above a fifth of LiteLLM's.
 
@@ -282,6 +282,10 @@ def main() -> int:
     if "router" in targets:
         targets += [f"router-w{w}" for w in workers if w > 1]
     ensure_tools("litellm" in targets)
+    if args.nice is not None and os.getsid(0) != os.getpid():
+        # A session (so an autogroup) of its own first: the nice of the caller's would
+        # outlast the run and slow everything else started from that shell.
+        return subprocess.run(["setsid", "--wait", sys.executable, *sys.argv], check=False).returncode
     if args.nice is not None:
         try:
             Path("/proc/self/autogroup").write_text(str(args.nice))
