@@ -62,7 +62,7 @@ def test_validate_contacts_no_host_the_site_does_not_name(tmp_path: Path) -> Non
         root = make_site(tmp_path, catalog(f"{other}/m.gguf"), config=f"mirror: {mirror}\n")
         proc = llmgw(root, "catalog", "validate")
         assert "Traceback" not in proc.stdout + proc.stderr
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.exit_code == 0, proc.stdout + proc.stderr
         assert "not inspected: catalog validate contacts only the site's endpoint" in proc.stderr
         proc = llmgw(root, "plan")
         assert "Traceback" not in proc.stdout + proc.stderr

@@ -33,7 +33,7 @@ def test_verbs_that_contact_hosts_refuse(example: Path, verb: tuple[str, ...]) -
     before = sorted(p.relative_to(example) for p in example.rglob("*"))
     proc = llmgw(example, *verb)
     out = proc.stdout + proc.stderr
-    assert "Traceback" not in out and proc.returncode == 1, out
+    assert "Traceback" not in out and proc.exit_code == 1, out
     assert re.search(r"^Error: .*llmgw\.yaml:\d+: this is a recorded site \(recorded: true\)", proc.stderr), out
     assert sorted(p.relative_to(example) for p in example.rglob("*")) == before  # nothing written
 
@@ -46,7 +46,7 @@ def test_any_ansible_run_against_its_inventory_is_refused(example: Path) -> None
 def test_plan_and_the_views_still_work(example: Path) -> None:
     for verb in (("plan",), ("nodes",), ("catalog", "validate", "--offline")):
         proc = llmgw(example, *verb)
-        assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr  # plan exits 2 on changes
+        assert proc.exit_code in (0, 2) and "Traceback" not in proc.stderr, proc.stderr  # plan exits 2 on changes
 
 
 def test_every_address_is_a_documentation_address() -> None:
