@@ -1,6 +1,7 @@
 """Two controllers on one PostgreSQL state, each a real `llmgw controller run` process with its
 own clone of the site's repository: exactly one leads and applies; after `kill -9` of the
-leader the other takes over once the lease runs out, and applies the commits that follow."""
+leader the other takes over once the lease runs out, and applies the commits that follow;
+a leader killed in the middle of an apply leaves its run to the survivor, which finishes it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
+from llmgw.state import PostgresBackend
 from tests.controller.support import NEW, clone, commit, seed_applied, site_repo
 from tests.support.net import free_port
 from tests.support.waiting import wait_until
@@ -104,3 +107,37 @@ def test_one_leader_applies_and_a_survivor_takes_over_after_kill_9(controllers: 
              "the survivor to apply the next commit")
     survivor = standby.status()
     assert survivor is not None and survivor["name"] in {r["controller"] for r in standby.runs()}
+
+
+def test_the_survivor_finishes_the_run_a_leader_killed_mid_apply_left(controllers: tuple[Path, list[Running]],
+                                                                       pg_state: str) -> None:
+    repo, (c1, c2) = controllers
+    views = wait_until(lambda: next((v for v in ([c1.status(), c2.status()]) if v and v["leader"] and
+                                     v["last_commit"]), None), 90, "one controller to lead")
+    leader, standby = (c1, c2) if (c1.status() or {}).get("name") == views["name"] else (c2, c1)
+    password = os.environ["LLMGW_STATE_PASSWORD"]
+    # The test holds the state's head row: the leader's apply blocks at its first write, with
+    # its run `applying` and the state lock held: the middle of an apply, made to last.
+    with psycopg.connect(pg_state, password=password) as hold:
+        hold.execute("SELECT serial FROM llmgw_state_head WHERE id = 1 FOR UPDATE")
+        added = commit(repo, {"catalog/new.yaml": NEW}, "add on-demand model new")
+        wait_until(lambda: any(r["commit"] == added and r["status"] == "applying" for r in leader.runs()), 30,
+                   "the leader to start applying the commit")
+        with PostgresBackend(pg_state, password=password) as look:
+            held = wait_until(look.lock_info, 10, "the leader's apply to hold the state lock")
+            assert held.operation.startswith("controller run"), held
+        leader.proc.send_signal(signal.SIGKILL)
+        leader.proc.wait(10)
+        hold.rollback()
+    wait_until(lambda: any(r["commit"] == added and r["status"] == "applied" for r in standby.runs()), 60,
+               "the survivor to finish the commit the leader left")
+    runs = standby.runs()
+    left = [r for r in runs if r["commit"] == added and r["controller"] == views["name"]]
+    assert [r["status"] for r in left] == ["interrupted"], runs  # the leader's run, marked by the survivor
+    finished = [r for r in runs if r["commit"] == added and r["status"] == "applied"]
+    assert len(finished) == 1 and finished[0]["controller"] != views["name"], runs
+    with PostgresBackend(pg_state, password=password) as look:
+        state = look.read()
+        assert "new" in {m.name for m in state.models}, state.models  # the leader's unfinished change is in
+        assert look.lock_info() is None  # the dead leader's lock ran out; the survivor released its own
+        assert [h.operation for h in look.history()][-1] == "controller"
