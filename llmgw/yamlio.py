@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import os
 import re
 import tempfile
@@ -487,3 +488,37 @@ def atomic_write(path: Path, text: str | bytes, mode: int | None = None) -> None
         os.fsync(dirfd)
     finally:
         os.close(dirfd)
+
+
+def json_text(data: Any) -> str:
+    """`json.dumps(data, indent=2, sort_keys=True) + "\\n"`, byte for byte, several times faster.
+
+    Python's JSON encoder runs in Python when it indents (seconds for a 4,096-host plan);
+    pydantic-core's runs in Rust. Keys are sorted here, then Rust writes the text. It
+    writes non-ASCII characters, DEL, floats and non-string keys differently, so data
+    holding any of them goes to `json.dumps`, which stays the reference.
+    """
+    import pydantic_core
+
+    plain = [True]
+
+    def sort(value: Any) -> Any:
+        kind = type(value)
+        if kind is dict:
+            if not all(type(k) is str for k in value):
+                plain[0] = False  # json.dumps turns other keys into strings its own way
+                return value
+            return {k: sort(value[k]) for k in sorted(value)}
+        if kind is list or kind is tuple:
+            return [sort(v) for v in value]
+        if kind is str or kind is int or kind is bool or value is None:
+            return value
+        plain[0] = False  # floats, subclasses, anything json.dumps judges itself
+        return value
+
+    ordered = sort(data)
+    if plain[0]:
+        text = pydantic_core.to_json(ordered, indent=2).decode()
+        if text.isascii() and "\x7f" not in text:  # json.dumps escapes DEL, Rust does not
+            return text + "\n"
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

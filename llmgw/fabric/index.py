@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from llmgw.errors import FabricError
+from llmgw.fabric.hostmap import HostEntry, HostFabricMap
 from llmgw.fabric.parse import parse_ibnetdiscover
 from llmgw.fabric.rails import rail_places, sets_aligned
 from llmgw.fabric.structure import Adapter, Fabric, natural_key
@@ -117,6 +118,17 @@ class FabricIndex:
         places = [{rail: a.switch_guid for rail, a in self._places(h, fabric_id).items()
                    if a.switch_guid is not None} for h in hosts]
         return sets_aligned(places)
+
+    def host_map(self) -> HostFabricMap:
+        """The same answers for placement, as plain data (see `llmgw.fabric.hostmap`)."""
+        hosts: dict[str, HostEntry] = {}
+        for name, per_fabric in self._adapters.items():
+            hosts[name] = {fid: (tuple((rail, a.switch, a.switch_guid) for rail, a in self._places(name, fid).items()
+                                       if a.switch is not None and a.switch_guid is not None),
+                                 any(a.degraded for a in adapters))
+                           for fid, adapters in per_fabric.items()}
+        return HostFabricMap(frozenset(self.fabrics), hosts,
+                             {short: tuple(sorted(names)) for short, names in self._short.items()})
 
     # -- helpers ---------------------------------------------------------------------
 

@@ -8,19 +8,25 @@ Files are written atomically with sorted keys, so the same facts give the same b
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from llmgw.errors import FactsError, LlmgwError
+from llmgw.facts import memo
 from llmgw.facts.records import HostFacts
-from llmgw.yamlio import FileError, atomic_write, read_text
+from llmgw.yamlio import FileError, atomic_write, json_text, read_text
 
 SUFFIX = ".json"
 # A fabric's raw ibnetdiscover text rides in one host's facts: thousands of hosts make megabytes.
 MAX_FACTS_BYTES = 64 * 1024 * 1024
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+# Below this many hosts, parsing the facts costs less than a memo would (and tests stay uncached).
+MEMO_MIN_FILES = 256
+# The modules whose code decides what a memoised HostFacts is: a change to one is a miss.
+_MEMO_MODULES = ("llmgw.facts.records", "llmgw.facts.cache")
 
 
 def facts_path(facts_dir: Path, host: str) -> Path:
@@ -32,49 +38,76 @@ def facts_path(facts_dir: Path, host: str) -> Path:
 
 
 def facts_json(facts: HostFacts) -> str:
-    return json.dumps(facts.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    return json_text(facts.model_dump(mode="json"))
 
 
-def read_facts(facts_dir: Path) -> dict[str, HostFacts]:
+def read_facts(facts_dir: Path, *, memo_min: int = MEMO_MIN_FILES) -> dict[str, HostFacts]:
     """host -> facts for every `<host>.json` in `facts_dir`; a missing folder is no facts.
 
     A file that is not valid facts is an error naming the file: planning on a fleet
-    with a host silently missing would move replicas off it.
+    with a host silently missing would move replicas off it. With `memo_min` files or
+    more, each file's validated facts are memoised by its fingerprint (size, times,
+    inode: what any write changes), so only new or changed files are parsed again.
     """
     if not facts_dir.is_dir():
         return {}
+    found: list[tuple[str, tuple[int, int, int, int]]] = []
+    with os.scandir(facts_dir) as entries:
+        for entry in entries:
+            if entry.name.endswith(SUFFIX) and not entry.name.startswith(".") and entry.is_file():
+                st = entry.stat()
+                found.append((entry.name, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)))
+    found.sort()
+    use_memo = len(found) >= memo_min
+    where = facts_dir.resolve()
+    version = memo.code_version(_MEMO_MODULES) if use_memo else ()
+    known: dict[str, tuple[tuple[int, int, int, int], HostFacts]] = \
+        (memo.load("facts", where, version) or {}) if use_memo else {}
     out: dict[str, HostFacts] = {}
-    for path in sorted(facts_dir.glob(f"*{SUFFIX}")):
-        if path.name.startswith(".") or not path.is_file():
-            continue
-        try:
-            # bounded and UTF-8 only: facts are committed with the site, so a pull request may change them
-            text = read_text(path, max_bytes=MAX_FACTS_BYTES)
-        except FileError as exc:
-            raise FactsError(f"facts file {exc}", path=str(path),
-                             hint="delete the file and run `llmgw facts` to gather it again") from None
-        except LlmgwError as exc:
-            raise FactsError(f"cannot read facts file {path}: {exc}", path=str(path)) from None
-        try:
-            facts = HostFacts.model_validate_json(text)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the document"
-            raise FactsError(f"facts file {path} is not llmgw facts (version 1): {where}: {first['msg']}",
-                             path=str(path), hint="delete the file and run `llmgw facts` to gather it again") from None
-        for hca in facts.ib_adapters or []:
-            # HCA names go into engine units (NCCL_IB_HCA): a committed facts file is untrusted
-            if not _DEVICE_NAME.fullmatch(hca.name):
-                line = text.count("\n", 0, max(0, text.find(json.dumps(hca.name)[:40]))) + 1
-                raise FactsError(f"facts file {path}:{line}: InfiniBand adapter name {hca.name!r} is not a device "
-                                 "name (letters, digits, '.', '_', '-', ':')", path=str(path),
-                                 hint="delete the file and run `llmgw facts` to gather it again")
-        expected = path.name[: -len(SUFFIX)]
-        if facts.host != expected:
-            raise FactsError(f"facts file {path} holds facts of host {facts.host!r}, not {expected!r}",
-                             path=str(path), hint="rename or delete the file, then run `llmgw facts`")
+    fresh: dict[str, tuple[tuple[int, int, int, int], HostFacts]] = {}
+    changed = len(found) != len(known)
+    for name, fingerprint in found:
+        hit = known.get(name)
+        if hit is not None and hit[0] == fingerprint:
+            facts = hit[1]
+        else:
+            facts, changed = _read_one(facts_dir / name), True
+        fresh[name] = (fingerprint, facts)
         out[facts.host] = facts
+    if use_memo and changed:
+        memo.store("facts", where, version, fresh)
     return out
+
+
+def _read_one(path: Path) -> HostFacts:
+    """One host's facts file, validated (untrusted: a pull request may change it)."""
+    try:
+        # bounded and UTF-8 only: facts are committed with the site, so a pull request may change them
+        text = read_text(path, max_bytes=MAX_FACTS_BYTES)
+    except FileError as exc:
+        raise FactsError(f"facts file {exc}", path=str(path),
+                         hint="delete the file and run `llmgw facts` to gather it again") from None
+    except LlmgwError as exc:
+        raise FactsError(f"cannot read facts file {path}: {exc}", path=str(path)) from None
+    try:
+        facts = HostFacts.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the document"
+        raise FactsError(f"facts file {path} is not llmgw facts (version 1): {where}: {first['msg']}",
+                         path=str(path), hint="delete the file and run `llmgw facts` to gather it again") from None
+    for hca in facts.ib_adapters or []:
+        # HCA names go into engine units (NCCL_IB_HCA): a committed facts file is untrusted
+        if not _DEVICE_NAME.fullmatch(hca.name):
+            line = text.count("\n", 0, max(0, text.find(json.dumps(hca.name)[:40]))) + 1
+            raise FactsError(f"facts file {path}:{line}: InfiniBand adapter name {hca.name!r} is not a device "
+                             "name (letters, digits, '.', '_', '-', ':')", path=str(path),
+                             hint="delete the file and run `llmgw facts` to gather it again")
+    expected = path.name[: -len(SUFFIX)]
+    if facts.host != expected:
+        raise FactsError(f"facts file {path} holds facts of host {facts.host!r}, not {expected!r}",
+                         path=str(path), hint="rename or delete the file, then run `llmgw facts`")
+    return facts
 
 
 def write_facts(facts_dir: Path, facts: HostFacts) -> None:

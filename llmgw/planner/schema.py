@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from llmgw.errors import PlanError
 from llmgw.planner.spec import replica_number
 from llmgw.state import ModelRecord, Replica, Shard, State
+from llmgw.yamlio import json_text
 
 PLAN_VERSION: Literal[1] = 1
 
@@ -143,7 +144,7 @@ class Plan(_Model):
         return bool(self.actions)
 
     def to_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        return json_text(self.model_dump(mode="json"))
 
     def applied(self, state: State) -> State:
         """The state this plan leaves once applied in full (apply writes it step by step)."""

@@ -1,0 +1,88 @@
+"""`HostFabricMap`: what placement asks of the fabrics, in plain data, memoised between plans.
+
+A `FabricIndex` holds whole fabrics (every switch and cable) for the views. Placement
+asks only five questions per host, answered here from a few tuples per host, exactly
+as `FabricIndex` answers them (the same host-name matching, rail order and GUIDs). Being
+plain data, it is cheap to keep in a memo keyed by the ibnetdiscover texts it came from,
+so a plan of a large fleet does not parse megabytes of text that did not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from llmgw.errors import FabricError
+from llmgw.fabric.rails import sets_aligned
+from llmgw.facts.records import HostFacts
+
+# Per host and fabric: (rail, leaf name, leaf GUID) of each adapter cabled to a switch, in
+# rail order, and whether any of the host's own cables there trained below full rate.
+Places = tuple[tuple[str, str, int], ...]
+HostEntry = dict[str, tuple[Places, bool]]
+
+
+@dataclass(frozen=True)
+class HostFabricMap:
+    fabric_ids: frozenset[str]
+    hosts: dict[str, HostEntry]  # host as the fabric names it -> fabric id -> entry
+    short: dict[str, tuple[str, ...]]  # short name -> the fabric's host names with it
+
+    def fabrics_of(self, host: str, /) -> list[str]:
+        name = self._host(host)
+        return sorted(self.hosts[name]) if name else []
+
+    def leaves_of(self, host: str, fabric_id: str, /) -> dict[str, str]:
+        return {rail: leaf for rail, leaf, _ in self._places(host, fabric_id)}
+
+    def has_degraded_link(self, host: str, fabric_id: str | None = None, /) -> bool:
+        name = self._host(host)
+        ids = [fabric_id] if fabric_id is not None else self.fabrics_of(host)
+        for fid in ids:
+            self._fabric(fid)
+            entry = self.hosts[name].get(fid) if name else None
+            if entry is not None and entry[1]:
+                return True
+        return False
+
+    def share_leaf(self, hosts: Iterable[str], fabric_id: str, /) -> bool:
+        common: set[int] | None = None
+        for host in hosts:
+            leaves = {guid for _, _, guid in self._places(host, fabric_id)}
+            common = leaves if common is None else common & leaves
+            if not common:
+                return False
+        return True
+
+    def rails_aligned(self, hosts: Iterable[str], fabric_id: str, /) -> bool:
+        return sets_aligned([{rail: guid for rail, _, guid in self._places(h, fabric_id)} for h in hosts])
+
+    def _fabric(self, fabric_id: str) -> None:
+        if fabric_id not in self.fabric_ids:
+            raise FabricError(f"no fabric {fabric_id!r} (known: {', '.join(sorted(self.fabric_ids)) or 'none'})",
+                              fabric=fabric_id)
+
+    def _host(self, host: str) -> str | None:
+        if host in self.hosts:
+            return host
+        short = host.split(".")[0]
+        if short in self.hosts:
+            return short
+        names = self.short.get(short, ())
+        return names[0] if len(names) == 1 else None
+
+    def _places(self, host: str, fabric_id: str) -> Places:
+        self._fabric(fabric_id)
+        name = self._host(host)
+        entry = self.hosts[name].get(fabric_id) if name else None
+        return entry[0] if entry is not None else ()
+
+
+def capture_key(facts: Iterable[HostFacts]) -> tuple[tuple[str, float, str], ...]:
+    """What a fabric map is made from: each capture's host, time and text digest, in the
+    order `fabrics_from_facts` reads them (newest last)."""
+    return tuple((f.host, f.gathered_at.timestamp(),
+                  hashlib.blake2b(f.ibnetdiscover.encode(), digest_size=20).hexdigest())
+                 for f in sorted(facts, key=lambda f: (f.gathered_at.timestamp(), f.host))
+                 if f.ibnetdiscover is not None)
