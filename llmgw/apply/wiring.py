@@ -16,7 +16,7 @@ from llmgw.planner import Plan
 from llmgw.planner.inputs import FabricIndex
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
-from llmgw.state import StateBackend, WriteMeta, backend_for
+from llmgw.state import StateBackend, WriteMeta, backend_for, is_state_url
 from llmgw.weights.check import weights_host_vars
 from llmgw.weights.shared import shared_cache_key
 
@@ -26,7 +26,9 @@ def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") 
     dashboard = {"llmgw_router_site_catalog": str(site.catalog_dir),
                  "llmgw_router_site_facts": str(site.facts_dir) if site.facts_dir.is_dir() else "",
                  "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else "",
-                 "llmgw_router_site_prometheus": site.config.prometheus or ""}
+                 "llmgw_router_site_prometheus": site.config.prometheus or "",
+                 # what routers may follow (llmgw_router_state_follow); none for a file state
+                 "llmgw_router_state_url": site.config.state if is_state_url(site.config.state) else ""}
     inventory = load_inventory(site.inventory)
     return Hosts(site.inventory, inventory, artifacts=artifacts, forks=forks,
                  engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site),

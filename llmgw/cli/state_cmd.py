@@ -228,7 +228,16 @@ def follow_cmd(app: AppContext, out: Path, poll: float) -> None:
             raise UsageError(f"the state at {backend.where} is a file: routers get it from apply",
                              hint="follow works with `state: postgresql://...` in llmgw.yaml")
 
+        backend.cache = None  # the follower keeps --out itself (a router's home), nothing in the site folder
+
         def write(state: State) -> None:
+            try:  # apply may have delivered a newer serial meanwhile: never step a router back
+                there = parse_state(out.read_text(encoding="utf-8"), str(out))
+            except (OSError, StateError):
+                there = None
+            if there is not None and there.lineage == state.lineage and there.serial > state.serial:
+                click.echo(f"serial {state.serial} not written: {out} holds serial {there.serial}", err=True)
+                return
             atomic_write(out, state.to_json())
             click.echo(f"serial {state.serial} written to {out}", err=True)
 
