@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.hf_mirror import HfMirror, running_mirror
+from tests.support.lab import SHARED_NODES, Lab, lab
 
 # Tests that need no host set-up but take seconds each: they run Ansible against this
 # machine, build a wheel or a virtualenv, or start several servers. `make unit` leaves them
@@ -66,3 +67,14 @@ def hf_mirror() -> Iterator[HfMirror]:
     """A real Hugging Face mirror (olah, offline) on 127.0.0.1 serving the tiny Llama; one per test session."""
     with running_mirror() as mirror:
         yield mirror
+
+
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """One lab of three hosts for every test area that needs only its own site on them.
+
+    Areas take turns (`tests.support.lab.turn`): each shapes the site, applies, and leaves
+    the fleet empty again. Hosts start, and the router installs, once per session.
+    """
+    with lab(tmp_path_factory.mktemp("shared-lab"), nodes=SHARED_NODES, prefix="llmgw-shared") as it:
+        yield it

@@ -25,82 +25,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import openai  # noqa: E402
-
 from llmgw.apply import hosts_for  # noqa: E402
 from llmgw.site import Site  # noqa: E402
 from llmgw.state import read_state  # noqa: E402
 from tests.support.lab import VENV_BIN, Lab, lab  # noqa: E402
-
-CATALOG = """\
-models:
-  - name: tiny
-    source: file:///srv/models/tiny.gguf
-    scaling: {min: 2, max: 2}
-    profiles:
-      - name: cpu
-        engine: llamacpp
-        gpus: 0
-        min_memory_gb: 1
-        args: ["--ctx-size", "2048"]
-"""
-
-
-@dataclass
-class Request:
-    started: float  # monotonic
-    ttft: float | None  # seconds to the first content token
-    error: str | None
-
-
-@dataclass
-class Load:
-    base_url: str
-    key: str
-    clients: int
-    max_tokens: int
-    done: list[Request] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def client(self) -> None:
-        # As long as the router's first-byte deadline: a queued stream is slow, not failed.
-        api = openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0, timeout=600)
-        try:
-            while not self.stop.is_set():
-                t0 = time.monotonic()
-                ttft: float | None = None
-                error: str | None = None
-                try:
-                    finished = False
-                    for chunk in api.chat.completions.create(
-                            model="tiny", max_tokens=self.max_tokens, stream=True,
-                            messages=[{"role": "user", "content": "Tell me about the sea."}]):
-                        if chunk.choices:
-                            if ttft is None and chunk.choices[0].delta.content:
-                                ttft = time.monotonic() - t0
-                            finished = finished or chunk.choices[0].finish_reason is not None
-                    if not finished:
-                        error = "the stream ended without a finish_reason"
-                except Exception as exc:  # every failure counts, whatever it is
-                    error = f"{type(exc).__name__}: {exc}"
-                with self.lock:
-                    self.done.append(Request(t0, ttft, error))
-        finally:
-            api.close()
-
-    def completed(self) -> int:
-        with self.lock:
-            return len(self.done)
+from tests.support.traffic import TWO_TINY, Request, Streams  # noqa: E402
 
 
 def llmgw(site: Path, *args: str) -> float:
@@ -125,7 +61,7 @@ def pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def wait_steady(load: Load, seconds: float) -> None:
+def wait_steady(load: Streams, seconds: float) -> None:
     """Traffic for `seconds`, and at least one finished stream per client."""
     start = load.completed()
     deadline = time.monotonic() + seconds
@@ -134,20 +70,16 @@ def wait_steady(load: Load, seconds: float) -> None:
 
 
 def bench(site: Path, args: argparse.Namespace) -> dict[str, Any]:
-    (site / "catalog" / "tiny.yaml").write_text(CATALOG)
+    (site / "catalog" / "tiny.yaml").write_text(TWO_TINY)
     print("bench: facts and the first apply (two replicas of tiny)", flush=True)
     llmgw(site, "facts")
     llmgw(site, "apply", "--auto-approve")
     before = hosts_of(site)
     key = hosts_for(Site.load(site)).create_key("bench-rollout")["key"]
     router = Lab(site, "").router_url + "/v1"
-    load = Load(router, key, args.clients, args.max_tokens)
-    threads = [threading.Thread(target=load.client, daemon=True) for _ in range(args.clients)]
-    for t in threads:
-        t.start()
     windows: list[tuple[float, float]] = []
     cycles: list[dict[str, Any]] = []
-    try:
+    with Streams(router, key, args.clients, max_tokens=args.max_tokens, prompt="Tell me about the sea.") as load:
         wait_steady(load, args.settle)
         for i in range(args.cycles):
             hosts = hosts_of(site)
@@ -164,10 +96,6 @@ def bench(site: Path, args: argparse.Namespace) -> dict[str, Any]:
             print(f"bench: cycle {i + 1}/{args.cycles}: drained {node}, replicas now on {', '.join(after)}, "
                   f"apply {move:.1f} s; {load.completed()} streams so far", flush=True)
             wait_steady(load, args.settle)
-    finally:
-        load.stop.set()
-        for t in threads:
-            t.join(660)
 
     def during(r: Request) -> bool:
         return any(a <= r.started <= b for a, b in windows)

@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +17,9 @@ import pytest
 
 from llmgw.inventory import load_inventory
 from tests.support.cli import run_cli
+from tests.support.lab import VENV_BIN, lab_name, site_copy
 
 pytestmark = pytest.mark.lab
-
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
-
 
 def podman(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["podman", *args], capture_output=True, text=True, check=False)
@@ -38,10 +32,7 @@ def lab_containers(name: str) -> list[str]:
 @pytest.fixture
 def lab_site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A copy of the lab site without any runtime files, and a lab name of its own."""
-    site = tmp_path / "lab"
-    shutil.copytree(REPO / "inventories" / "lab", site,
-                    ignore=shutil.ignore_patterns(".lab", "hosts.yml", "state.json*", "facts"))
-    name = f"llmgw-test-{uuid.uuid4().hex[:8]}"
+    site, name = site_copy(tmp_path), lab_name("llmgw-test")
     yield site, name
     run_cli("-C", str(site), "lab", "down", "--name", name)
 

@@ -2,6 +2,15 @@
 
 Tests never touch an operator's lab: the copy lives in a temp folder, the lab has a
 unique name, and `lab down` runs whatever happens.
+
+- `lab(tmp, nodes)`: a lab of its own, for a test area that changes the hosts themselves.
+- `shape(lab, catalog=..., host_vars=..., groups=..., config=...)`: the one builder of a test
+  area's site (its catalog, inventory variables and groups, llmgw.yaml lines), then facts.
+- `turn(shared, ...)`: a test area's turn on the session's shared lab (the `shared_lab`
+  fixture in tests/conftest.py): `shape` on entry; on exit the site as it was, every replica
+  removed by an apply (which also puts the router back as the inventory says), every key
+  revoked, so the next area starts from a fleet with nothing on it. Starting three hosts
+  and installing the router once for all areas is what makes the suite cheaper as it grows.
 """
 
 from __future__ import annotations
@@ -12,18 +21,26 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llmgw.inventory import load_inventory
-from llmgw.site import Site
+from llmgw.site import SITE_FILE, Site
 from llmgw.state import State, read_state
+from llmgw.yamlio import atomic_write, dumps_yaml, load_yaml
 from tests.support.cli import Result, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+# The lab's own catalog: the tiny model (one CPU replica of llama-server).
+TINY = (REPO / "inventories" / "lab" / "catalog" / "tiny.yaml").read_text()
+SHARED_NODES = 3  # the shared lab: node1 (router, the larger host), node2, node3
+# What a turn on the shared lab leaves in its site for the next: the state (one lineage for
+# the hosts' units) and the engine key secret the units were started with.
+KEEP = ("state.json*", "*.secret")
 
 
 @dataclass
@@ -84,12 +101,82 @@ class Lab:
         return out
 
 
-@contextmanager
-def lab(tmp: Path, nodes: int = 3, prefix: str = "llmgw-e2e") -> Iterator[Lab]:
+def site_copy(tmp: Path) -> Path:
+    """The lab site (inventories/lab) copied under `tmp`, without an operator's runtime files."""
     site = tmp / "lab"
     shutil.copytree(REPO / "inventories" / "lab", site,
                     ignore=shutil.ignore_patterns(".lab", "hosts.yml", "state.json*", "facts", "*.sqlite"))
-    it = Lab(site, f"{prefix}-{uuid.uuid4().hex[:8]}")
+    return site
+
+
+def lab_name(prefix: str) -> str:
+    """A lab name no other test run uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def shape(it: Lab, *, catalog: Mapping[str, str] | None = None,
+          host_vars: Mapping[str, Mapping[str, Any]] | None = None,
+          groups: Mapping[str, Mapping[str, Any]] | None = None, config: str = "", facts: bool = True) -> Lab:
+    """Give the lab's site what a test area needs, then gather facts.
+
+    catalog: file name -> text, replacing the catalog folder's files (None: the lab's tiny.yaml);
+    host_vars: host -> variables set on it in hosts.yml; groups: group -> its inventory entry
+    (`{"hosts": {...}, "vars": {...}}`), added or replaced under `all.children`; config: lines
+    added to llmgw.yaml.
+    """
+    folder = it.site / "catalog"
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.yaml"):
+        old.unlink()
+    for name, text in (catalog if catalog is not None else {"tiny.yaml": TINY}).items():
+        (folder / name).write_text(text)
+    if host_vars or groups:
+        hosts = it.site / "hosts.yml"
+        doc = load_yaml(hosts)
+        children = doc["all"]["children"]
+        nodes = children["llmgw_nodes"]["hosts"]  # where `lab up` writes each host's variables
+        for host, values in (host_vars or {}).items():
+            nodes[host] = {**(nodes[host] or {}), **values}
+        for name, entry in (groups or {}).items():
+            children[name] = dict(entry)
+        atomic_write(hosts, dumps_yaml(doc))
+    if config:
+        site_file = it.site / SITE_FILE
+        site_file.write_text(site_file.read_text() + config.rstrip("\n") + "\n")
+    if facts:
+        it.ok("facts")
+    return it
+
+
+@contextmanager
+def turn(shared: Lab, **kw: Any) -> Iterator[Lab]:
+    """A test area's turn on the shared lab: `shape(shared, **kw)`, and everything undone after."""
+    saved = {path: path.read_bytes() for path in (shared.site / "hosts.yml", shared.site / SITE_FILE)}
+    present = set(shared.site.iterdir())
+    try:
+        yield shape(shared, **kw)
+    finally:
+        # The site as it was (an area's drains and cordons included; what its commands left
+        # there, such as bench and check results, gone) and an empty catalog: the apply removes
+        # every replica and runs the router role with the shared inventory again.
+        for path, data in saved.items():
+            atomic_write(path, data)
+        for path in set(shared.site.iterdir()) - present:
+            if path.is_file() and not any(path.match(keep) for keep in KEEP):
+                path.unlink()
+        shape(shared, catalog={}, facts=False)
+        shared.ok("apply", "--auto-approve")
+        keys = json.loads(shared.ok("keys", "list", "--json").stdout)["keys"]
+        for key in keys:
+            shared.ok("keys", "revoke", key["id"])
+        assert shared.state.replicas == [], shared.state.replicas
+        assert all(not us for us in shared.active_units().values()), shared.active_units()
+
+
+@contextmanager
+def lab(tmp: Path, nodes: int = 3, prefix: str = "llmgw-e2e") -> Iterator[Lab]:
+    site = site_copy(tmp)
+    it = Lab(site, lab_name(prefix))
     try:
         it.ok("lab", "up", "--nodes", str(nodes), "--name", it.name)
         yield it
