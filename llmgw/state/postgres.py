@@ -329,6 +329,9 @@ class PostgresBackend(StateBackend):
         every = self.lease / 6
         last = time.monotonic()
         while not stop.wait(every):
+            # Late, split in two: waking (this process starved of CPU or the GIL) and the
+            # renewal itself (the database, or the network to it, slow to answer).
+            woke = time.monotonic()
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect()
@@ -337,11 +340,13 @@ class PostgresBackend(StateBackend):
                     self._lost[name] = f"the lease on {name} ran out and another holder took it"
                     log.error("lost the %s lock %s: %s", name, info.id, self._lost[name])
                     break
-                late = time.monotonic() - last - every
-                last = time.monotonic()
+                done = time.monotonic()
+                late, asleep, took = done - last - every, woke - last - every, done - woke
+                last = done
                 if lapsed or late > every:
-                    log.warning("the %s lease was renewed %.1f s late%s (this process or its host stalled)", name,
-                                late, "; it had run out, and nobody had taken it" if lapsed else "")
+                    log.warning("the %s lease was renewed %.1f s late (woke %.1f s late, the renewal took %.1f s)%s",
+                                name, late, asleep, took,
+                                "; it had run out, and nobody had taken it" if lapsed else "")
             except (psycopg.Error, StateError) as exc:
                 log.warning("could not renew the %s lease (%s); retrying", name, exc)
         if conn is not None:
