@@ -21,7 +21,7 @@ from llmgw.facts.records import Filesystem, Gpu, HostFacts
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange
-from llmgw.weights.shared import declared_dir
+from llmgw.weights.shared import cache_filesystem, declared_dir
 
 if TYPE_CHECKING:
     from llmgw.planner.spreading import SpreadIndex
@@ -130,23 +130,8 @@ def _basename(source: str) -> str:
     return source.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _cache_fs(host: Host, facts: HostFacts | None) -> Filesystem | None:
-    """The filesystem holding the node's cache dir: listed for it, else the longest mount prefix."""
-    if facts is None or not facts.filesystems:
-        return None
-    for fs in facts.filesystems:
-        if host.cache_dir in fs.paths:
-            return fs
-    best: Filesystem | None = None
-    for fs in facts.filesystems:
-        mount = fs.mount.rstrip("/") + "/"
-        if (host.cache_dir + "/").startswith(mount) and (best is None or len(fs.mount) > len(best.mount)):
-            best = fs
-    return best
-
-
 def node_view(ordinal: int, host: Host, facts: HostFacts | None, fabrics: FabricIndex) -> NodeView:
-    fs = _cache_fs(host, facts)
+    fs = cache_filesystem(host, facts)
     # A shared filesystem is one pool however many nodes mount it: weights fetched onto it
     # once serve them all, and its free space is spent once.
     # A folder the inventory declares shared (llmgw_shared_dirs) counts the same way.
@@ -212,6 +197,7 @@ class GpuIndex:
 GroupId = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)
 SetScore = tuple[int, int, int, int, list[int]]
 Candidate = tuple[SetScore, tuple["NodeView", ...]]  # a group's best set for one source, and its score
+RankedGroup = tuple[SetScore, str, int, GroupId, Candidate]  # score, fabric, push order, group, its candidate
 
 
 class LeafGroups:
@@ -228,6 +214,11 @@ class LeafGroups:
         self.members: dict[GroupId, set[int]] = {}
         self.of: dict[int, list[GroupId]] = {}
         self.cache: dict[GroupId, dict[str, Candidate | None]] = {}
+        # Every group whose cached candidates were dropped, in order: a source's ranking of the
+        # groups (placement._choose_multi) recomputes only these, not every group per replica.
+        self.changes: list[GroupId] = []
+        self.ranked: dict[str, tuple[list[RankedGroup], int]] = {}
+        self.pushed = 0  # ties in a ranking are broken by push order, never by comparing nodes
         for n in nodes:
             if n.free_count(key.gpu_class) < key.gpus:
                 continue
@@ -243,6 +234,7 @@ class LeafGroups:
             per_source = self.cache.get(gid)
             if per_source:
                 self.cache[gid] = {src: None for src, cand in per_source.items() if cand is None}
+        self.changes.extend(gids)
         if node.free_count(self.key.gpu_class) < self.key.gpus:
             for gid in gids:
                 self.members[gid].discard(node.ordinal)
@@ -251,6 +243,7 @@ class LeafGroups:
     def invalidate(self) -> None:
         for gid, per_source in self.cache.items():
             self.cache[gid] = {src: None for src, cand in per_source.items() if cand is None}
+        self.changes.extend(self.cache)
 
 
 class Fleet:

@@ -23,7 +23,7 @@ views, each a few lines with its own sentence; apart, each would rebuild that co
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from llmgw.catalog import Model, Profile
@@ -36,6 +36,7 @@ from llmgw.planner.fleet import (
     GroupId,
     LeafGroups,
     NodeView,
+    RankedGroup,
     SetScore,
     StaticKey,
     fmt_gb,
@@ -416,6 +417,39 @@ def _protocol_score(fleet: Fleet, fabric: str, cand: Sequence[NodeView], cheap: 
             *cheap, fabric)
 
 
+def _best_groups(fleet: Fleet, need: Need, groups: LeafGroups, k: int) -> list[RankedGroup]:
+    """The `k` leaf groups with the best candidate sets for `need`, best first, by (score, fabric).
+
+    A heap per source holds every group's candidate; only the groups touched since the last
+    call are scored again (`LeafGroups.changes`), and entries whose candidate is no longer the
+    cached one are stale and dropped when they surface. Scanning every group for every
+    replica made a plan grow with the square of the fleet."""
+    want = need.profile.nodes
+    ranked = groups.ranked.get(need.source)
+    if ranked is None:
+        heap: list[RankedGroup] = []
+        todo: Iterable[GroupId] = list(groups.members)
+    else:
+        heap, seen = ranked
+        todo = dict.fromkeys(groups.changes[seen:])
+    for gid in todo:
+        if not gid[1] or len(groups.members[gid]) < want:
+            continue
+        found = _group_candidate(fleet, need, groups, gid)
+        if found is not None:
+            groups.pushed += 1
+            heapq.heappush(heap, (found[0], gid[0], groups.pushed, gid, found))
+    groups.ranked[need.source] = (heap, len(groups.changes))
+    top: list[RankedGroup] = []
+    while heap and len(top) < k:
+        entry = heapq.heappop(heap)
+        if groups.cache.get(entry[3], {}).get(need.source) is entry[4]:
+            top.append(entry)  # still the group's current candidate
+    for entry in top:
+        heapq.heappush(heap, entry)
+    return top
+
+
 def _choose_multi(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
     """`nodes` whole nodes on one fabric: one leaf, aligned rails and clean cables first.
 
@@ -425,15 +459,8 @@ def _choose_multi(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice |
     """
     want = need.profile.nodes
     groups = fleet.leaf_groups(need.key, members)
-    scored: list[tuple[SetScore, str, GroupId, tuple[NodeView, ...]]] = []
-    for gid in groups.members:
-        if not gid[1] or len(groups.members[gid]) < want:
-            continue
-        found = _group_candidate(fleet, need, groups, gid)
-        if found is not None:
-            scored.append((found[0], gid[0], gid, found[1]))
     best: tuple[tuple[object, ...], Choice] | None = None
-    for cheap, fabric, _gid, cand in heapq.nsmallest(3, scored, key=lambda t: (t[0], t[1])):
+    for cheap, fabric, _n, _gid, (_, cand) in _best_groups(fleet, need, groups, 3):
         score = _protocol_score(fleet, fabric, cand, cheap)
         if best is None or score < best[0]:
             best = (score, Choice(tuple(sorted(cand, key=lambda n: n.ordinal)), fabric))

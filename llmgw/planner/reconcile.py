@@ -30,24 +30,11 @@ from dataclasses import dataclass, field
 
 from llmgw.catalog import Model, Profile
 from llmgw.errors import PlanError
+from llmgw.planner import schema
 from llmgw.planner.fleet import MB_PER_GB, Fleet, NodeView, fmt_gb
 from llmgw.planner.inputs import PlanInputs
 from llmgw.planner.placement import Choice, Need, Verdict, choose, rejections, verdicts
-from llmgw.planner.schema import (
-    Action,
-    Desired,
-    NotMoved,
-    OnDemand,
-    Plan,
-    PlannedReplica,
-    PlannedShard,
-    ReasonCode,
-    Rejection,
-    Summary,
-    UnitRef,
-    Unplaced,
-    replica_sort_key,
-)
+from llmgw.planner.schema import replica_sort_key
 from llmgw.planner.spec import parse_unit, spec_hash, unit_name
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
 from llmgw.weights.hub import is_repo_source
@@ -73,7 +60,7 @@ class Trace:
 @dataclass
 class _Replacing:
     old: Replica
-    code: ReasonCode
+    code: schema.ReasonCode
     reason: str
     destroy_if_unplaced: bool
 
@@ -112,9 +99,9 @@ class _Planner:
         self.trace = Trace(trace) if trace else None
         self.used_ids = {r.id for r in self.state.replicas}
         self.cache_names = {m.source: cache_name(m.source) for m in self.catalog}
-        self.actions: list[Action] = []
-        self.desired: list[PlannedReplica] = []
-        self.unplaced: dict[str, Unplaced] = {}
+        self.actions: list[schema.Action] = []
+        self.desired: list[schema.PlannedReplica] = []
+        self.unplaced: dict[str, schema.Unplaced] = {}
         self.target: dict[str, int] = {}
         self._next_n: dict[str, int] = {}
         self._specs: dict[tuple[str, str], str] = {}
@@ -162,9 +149,9 @@ class _Planner:
     def _size(self, model: Model | None) -> int | None:
         return None if model is None else self.inputs.weight_sizes.get(model.source)
 
-    def _destroy(self, r: Replica, code: ReasonCode, reason: str) -> None:
-        units = [UnitRef(node=s.node, unit=s.unit) for s in sorted(r.shards, key=lambda s: (s.rank, s.node))]
-        self.actions.append(Action(action="destroy", replica=r.id, model=r.model, code=code, reason=reason,
+    def _destroy(self, r: Replica, code: schema.ReasonCode, reason: str) -> None:
+        units = [schema.UnitRef(node=s.node, unit=s.unit) for s in sorted(r.shards, key=lambda s: (s.rank, s.node))]
+        self.actions.append(schema.Action(action="destroy", replica=r.id, model=r.model, code=code, reason=reason,
                                    units=units))
 
     def _classify(self) -> tuple[dict[str, list[Replica]], dict[str, list[_Replacing]]]:
@@ -238,7 +225,7 @@ class _Planner:
         present = self._unit_lineages()
         self._refuse_empty_state(present)
         recorded = {(s.node, s.unit) for r in self.state.replicas for s in r.shards}
-        found: dict[str, list[UnitRef]] = {}
+        found: dict[str, list[schema.UnitRef]] = {}
         for node, unit, lineage in present:
             parsed = parse_unit(unit)
             assert parsed is not None
@@ -250,12 +237,12 @@ class _Planner:
                 if held:
                     self.foreign_held.setdefault(node, []).append(f"{unit} of lineage {lineage}: {held}")
             elif (node, unit) not in recorded:
-                found.setdefault(parsed[0], []).append(UnitRef(node=node, unit=unit))
+                found.setdefault(parsed[0], []).append(schema.UnitRef(node=node, unit=unit))
         for rid, units in sorted(found.items()):
             self.used_ids.add(rid)
             model = rid.rsplit("-", 1)[0]
             where = ", ".join(f"{u.unit} on {u.node}" for u in units)
-            self.actions.append(Action(action="destroy", replica=rid, model=model, stray=True, units=units,
+            self.actions.append(schema.Action(action="destroy", replica=rid, model=model, stray=True, units=units,
                                        code="stray", reason=f"the state records no such replica ({where})"))
 
     def _reserve_foreign(self, node: str, unit: str) -> str:
@@ -298,7 +285,7 @@ class _Planner:
             self._needs[key] = need
         return need
 
-    def _allocate(self, rid: str, model: Model, profile: Profile, choice: Choice) -> PlannedReplica:
+    def _allocate(self, rid: str, model: Model, profile: Profile, choice: Choice) -> schema.PlannedReplica:
         shards = []
         size = self._size(model)
         for rank, node in enumerate(choice.nodes):
@@ -307,15 +294,15 @@ class _Planner:
             assert port is not None and len(gpus) == profile.gpus
             self.fleet.take(node, gpus, profile.min_memory_gb, port, model.source,
                             self.cache_names[model.source], size)
-            shards.append(PlannedShard(node=node.name, rank=rank, gpus=gpus, port=port, unit=unit_name(rid, rank),
-                                       address=node.host.mgmt_address))
-        return PlannedReplica(
+            shards.append(schema.PlannedShard(node=node.name, rank=rank, gpus=gpus, port=port,
+                                              unit=unit_name(rid, rank), address=node.host.mgmt_address))
+        return schema.PlannedReplica(
             id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
             endpoint=_endpoint(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
             status="new", fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
             args=list(profile.args), env=dict(profile.env))
 
-    def _place(self, model: Model, rid_for: str) -> tuple[PlannedReplica | None, list[Rejection]]:
+    def _place(self, model: Model, rid_for: str) -> tuple[schema.PlannedReplica | None, list[schema.Rejection]]:
         """One replica of `model`, trying its profiles in catalog order."""
         attempt = Attempt(rid_for) if self.trace and self.trace.model == model.name else None
         for profile in model.profiles:
@@ -332,17 +319,17 @@ class _Planner:
                 return self._allocate(self._new_id(model.name), model, profile, choice), []
         if attempt is not None and self.trace is not None:
             self.trace.attempts.append(attempt)
-        found: list[Rejection] = []
+        found: list[schema.Rejection] = []
         for profile in model.profiles:
             unservable = self._unservable(model, profile)
-            found.extend(Rejection(profile=profile.name, node=None, fabric=None, reason=f"not servable: {reason}")
-                         for reason in unservable)
+            found.extend(schema.Rejection(profile=profile.name, node=None, fabric=None,
+                                          reason=f"not servable: {reason}") for reason in unservable)
             if unservable:
                 continue
             for v in rejections(self.fleet, self._need(model, profile)):
                 assert v.reason is not None
                 held = self.foreign_held.get(v.node or "")
-                found.append(Rejection(profile=profile.name, node=v.node, fabric=v.fabric, reason=v.reason + (
+                found.append(schema.Rejection(profile=profile.name, node=v.node, fabric=v.fabric, reason=v.reason + (
                     f" (held by another state's units: {'; '.join(held)})" if held else "")))
         return None, found
 
@@ -352,8 +339,8 @@ class _Planner:
         reasons = self.inputs.unservable.get(model.source, ())
         return reasons if profile.engine == "llamacpp" or is_repo_source(model.source) else ()
 
-    def _kept(self, r: Replica) -> PlannedReplica:
-        shards = [PlannedShard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit,
+    def _kept(self, r: Replica) -> schema.PlannedReplica:
+        shards = [schema.PlannedShard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit,
                                address=self.fleet.by_name[s.node].host.mgmt_address
                                if s.node in self.fleet.by_name else "")
                   for s in sorted(r.shards, key=lambda s: s.rank)]
@@ -362,17 +349,17 @@ class _Planner:
             views = [self.fleet.by_name.get(s.node) for s in shards]
             common = set.intersection(*(set(v.fabrics) if v else set() for v in views))
             fabric = min(common) if common else None
-        return PlannedReplica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, shards=shards,
+        return schema.PlannedReplica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, shards=shards,
                               endpoint=r.endpoint, spec_hash=r.spec_hash, status="kept", fabric=fabric)
 
-    def _unplaced(self, model: Model) -> Unplaced:
+    def _unplaced(self, model: Model) -> schema.Unplaced:
         entry = self.unplaced.get(model.name)
         if entry is None:
-            entry = Unplaced(model=model.name, wanted=0, placed=0)
+            entry = schema.Unplaced(model=model.name, wanted=0, placed=0)
             self.unplaced[model.name] = entry
         return entry
 
-    def _reject(self, model: Model, found: list[Rejection], not_moved: NotMoved | None = None) -> None:
+    def _reject(self, model: Model, found: list[schema.Rejection], not_moved: schema.NotMoved | None = None) -> None:
         entry = self._unplaced(model)
         update: dict[str, object] = {}
         if found and not entry.rejections:
@@ -381,7 +368,7 @@ class _Planner:
             update["not_moved"] = [*entry.not_moved, not_moved]
         self.unplaced[model.name] = entry.model_copy(update=update)
 
-    def run(self) -> Plan:
+    def run(self) -> schema.Plan:
         kept, replacing = self._classify()
         self._strays()
         failed: set[str] = set()
@@ -418,25 +405,25 @@ class _Planner:
                       key=lambda x: replica_sort_key(x.old.id, x.old.model))
         for x in todo:
             model = self.catalog.models[x.old.model]
-            found: list[Rejection] = []
+            found: list[schema.Rejection] = []
             if model.name in failed:
                 new = None
             else:
                 new, found = self._place(model, f"replacement of {x.old.id}")
             if new is not None:
                 self.desired.append(new)
-                self.actions.append(Action(action="replace", replica=new.id, model=model.name, code=x.code,
+                self.actions.append(schema.Action(action="replace", replica=new.id, model=model.name, code=x.code,
                                            reason=x.reason, replaces=x.old.id))
                 continue
             failed.add(model.name)
             if x.destroy_if_unplaced:
                 self._destroy(x.old, "no_replacement", f"{x.reason}; no node can take a replacement")
                 live[model.name] -= 1
-                self._reject(model, found, NotMoved(replica=x.old.id, code=x.code,
+                self._reject(model, found, schema.NotMoved(replica=x.old.id, code=x.code,
                                                     reason=f"{x.reason}; destroyed, since nothing runs there"))
             else:
                 self.desired.append(self._kept(x.old))
-                self._reject(model, found, NotMoved(replica=x.old.id, code=x.code,
+                self._reject(model, found, schema.NotMoved(replica=x.old.id, code=x.code,
                                                     reason=f"{x.reason}; it stays until a replacement fits"))
         self._place_new(live, failed)
         return self._finish()
@@ -469,12 +456,12 @@ class _Planner:
                 have = start[model.name]
                 reason = (f"scaling.min is {model.scaling.min} and "
                           + ("none runs" if have == 0 else f"{have} run" + ("s" if have == 1 else "")))
-                self.actions.append(Action(action="create", replica=new.id, model=model.name, code="scaling_min",
+                self.actions.append(schema.Action(action="create", replica=new.id, model=model.name, code="scaling_min",
                                            reason=reason))
                 live[model.name] += 1
             rnd += 1
 
-    def _finish(self) -> Plan:
+    def _finish(self) -> schema.Plan:
         records = [_record(m) for m in self.catalog]
         old = {m.name: m for m in self.state.models}
         touched = {a.model for a in self.actions}
@@ -482,17 +469,17 @@ class _Planner:
         for rec in records:
             prev = old.get(rec.name)
             if prev is None and rec.name not in touched:
-                updates.append(Action(action="update", replica=None, model=rec.name, code="model_new",
+                updates.append(schema.Action(action="update", replica=None, model=rec.name, code="model_new",
                                       reason="new in the catalog; the routers learn of it"))
             elif prev is not None and prev != rec and rec.name not in touched:
-                updates.append(Action(action="update", replica=None, model=rec.name, code="model_changed",
+                updates.append(schema.Action(action="update", replica=None, model=rec.name, code="model_changed",
                                       reason=_record_change(prev, rec)))
         names = {r.name for r in records}
         for name in sorted(set(old) - names - touched):
-            updates.append(Action(action="update", replica=None, model=name, code="model_gone",
+            updates.append(schema.Action(action="update", replica=None, model=name, code="model_gone",
                                   reason="no longer in the catalog; the routers forget it"))
 
-        def natural(a: Action) -> tuple[str, int, str]:
+        def natural(a: schema.Action) -> tuple[str, int, str]:
             return replica_sort_key(a.replica or "", a.model)
 
         rank = {"create": 0, "replace": 0, "update": 1, "destroy": 2}
@@ -505,9 +492,9 @@ class _Planner:
         for name, entry in sorted(self.unplaced.items()):
             unplaced.append(entry.model_copy(update={"wanted": self.target[name], "placed": placed.get(name, 0),
                                                      "not_moved": sorted(entry.not_moved, key=lambda n: n.replica)}))
-        on_demand = [OnDemand(model=m.name, max=m.scaling.maximum, idle_timeout=m.scaling.idle_timeout,
+        on_demand = [schema.OnDemand(model=m.name, max=m.scaling.maximum, idle_timeout=m.scaling.idle_timeout,
                               running=placed.get(m.name, 0)) for m in self.catalog if m.scaling.min == 0]
-        summary = Summary(
+        summary = schema.Summary(
             add=sum(a.action in ("create", "replace") for a in actions),
             change=sum(a.action == "update" for a in actions),
             destroy=sum(a.action in ("destroy", "replace") for a in actions))
@@ -516,8 +503,8 @@ class _Planner:
             for m in self.catalog:
                 if m.name == self.trace.model:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
-        return Plan(state_serial=self.state.serial, state_lineage=self.state.lineage, summary=summary,
-                    actions=actions, desired=Desired(replicas=desired, models=records), unplaced=unplaced,
+        return schema.Plan(state_serial=self.state.serial, state_lineage=self.state.lineage, summary=summary,
+                    actions=actions, desired=schema.Desired(replicas=desired, models=records), unplaced=unplaced,
                     on_demand=on_demand, notes=[*self._notes(), *self._floor_notes(placed)])
 
     def _floor_notes(self, placed: dict[str, int]) -> list[str]:
@@ -562,13 +549,13 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def make_plan(inputs: PlanInputs) -> Plan:
+def make_plan(inputs: PlanInputs) -> schema.Plan:
     """The plan for `inputs`: pure, deterministic, every list in a stable order."""
     with _no_gc():
         return _Planner(inputs, None).run()
 
 
-def traced_plan(inputs: PlanInputs, model: str) -> tuple[Plan, Trace]:
+def traced_plan(inputs: PlanInputs, model: str) -> tuple[schema.Plan, Trace]:
     """The same plan, recording every placement attempt of `model` for `llmgw explain`."""
     if model not in inputs.catalog.models:
         raise PlanError(f"{model} is not a model in the catalog")
