@@ -15,8 +15,9 @@ def _base(shard: Shard, layout: Layout) -> list[str]:
              "--served-model-name", shard.model, "--host", layout.listen_address, "--port", str(shard.port),
              "--tp", str(shard.gpus_per_node * shard.nodes)]
     # SGLang reads its API key only as an option (no environment variable): from a YAML file
-    # of options the role writes (`api_key: ...`, readable by the engine's group only), so
-    # the key is on no command line. SGLang merges the file's options under the command's.
+    # of options the role writes (`api-key: ...`, readable by the engine's group only), so
+    # the key is on no command line. SGLang merges the file's options under the command's,
+    # each key as `--<key>` as written: `api_key` would be refused (seen with 0.5.23).
     if shard.key_config:
         words += ["--config", shard.key_config]
     return words

@@ -151,7 +151,7 @@ def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Pa
     assert not (keys_dir / "llmgw-old-1-0.env").exists() and not (keys_dir / "llmgw-old-1-0.yaml").exists()
     # SGLang reads its key from a file of options (--config) it opens as the engine user.
     sglang = keys_dir / "llmgw-sg-1-0.yaml"
-    assert json.loads(sglang.read_text()) == {"api_key": KEY.replace("k", "s")}
+    assert json.loads(sglang.read_text()) == {"api-key": KEY.replace("k", "s")}
     assert stat.S_IMODE(sglang.stat().st_mode) == 0o640 and sglang.stat().st_uid == 0
     assert not (keys_dir / "llmgw-sg-1-0.env").exists()
     assert stat.S_IMODE(keys_dir.stat().st_mode) == 0o750
