@@ -211,8 +211,10 @@ class Load(threading.Thread):
                 self.failures.append(f"{type(exc).__name__}: {exc}")
 
 
-# Unproven: in its runs here the ramp reached 3 ready replicas in the state, but the
-# scaler's view did not count 3 within 60 s (not yet examined).
+# Unproven: its first runs here reached 3 ready replicas, but the scaler's view said 2 for
+# over 60 s (it counted at its last tick, and a tick is blocked for a whole apply; fixed: the
+# view reads the state). The two runs after the fix, at a load of 25-35 on 2 cores, timed out
+# at 600 s waiting for the third replica: each scale-up's apply took over 5 minutes there.
 @pytest.mark.unproven
 def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(demand: Demand) -> None:
     d = demand
@@ -232,8 +234,9 @@ def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(dema
         peak = len(d.replicas())
         ups = d.runs("scale-up")
         assert len(ups) >= 2 and all("target 2 per replica" in r.summary for r in ups)
-        # The scaler's view counts replicas at its next tick after the state changed.
-        wait_until(lambda: d.ctl.scaler.view()["models"]["tiny"]["current"] == 3, 60, "the scaler to count 3")
+        # The scaler's view counts the state's replicas at once, although the run that made the
+        # third one is still delivering the state to the routers (which once took over 60 s here).
+        assert d.ctl.scaler.view()["models"]["tiny"]["current"] == 3
         assert d.ctl.scaler.view()["models"]["tiny"]["last_decision"]
     finally:
         stop.set()
