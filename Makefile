@@ -42,14 +42,20 @@ typecheck: venv
 
 # The tests that need no host set-up (no lab, engine build, PostgreSQL or browser), no root, and
 # none of the slow ones (they run Ansible or build packages; see tests/conftest.py): under a minute.
+# The tests that need no lab run on every core (pytest-xdist; WORKERS=1 for one process).
 UNIT := not lab and not engine and not postgres and not browser and not root and not slow
+WORKERS ?= auto
 unit: venv
-	$(BIN)/pytest -q -m "$(UNIT)"
+	$(BIN)/pytest -q -n $(WORKERS) -m "$(UNIT)"
 
 # Lab tests marked `unproven` (vLLM on lab hosts, the shared-state controller run, the demand
 # load ramp) have not yet been seen passing end to end here; they run on their own until they have.
+# Two runs, both always: the tests that need no lab on every core, then the lab tests in one
+# process, one after another (most share one lab of three hosts: `shared_lab`, tests/conftest.py).
 pytest: setup
-	$(BIN)/pytest -m "not unproven"
+	$(BIN)/pytest -n $(WORKERS) -m "not unproven and not lab"; rest=$$?; \
+	$(BIN)/pytest -m "not unproven and lab"; lab=$$?; \
+	exit $$(( rest || lab ))
 
 test-unproven: setup
 	$(BIN)/pytest -m unproven

@@ -81,13 +81,17 @@ def wheelhouse(project: Path = PROJECT) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix="deps-", dir=root))
         _pip("wheel", "--quiet", "--wheel-dir", str(tmp), "pip", *reqs)
         (tmp / ".complete").touch()
-        shutil.rmtree(deps, ignore_errors=True)
-        tmp.rename(deps)
+        if not (deps / ".complete").is_file():
+            shutil.rmtree(deps, ignore_errors=True)  # a build killed before its marker
+        try:
+            tmp.rename(deps)
+        except OSError:  # a parallel build (another test worker, another apply) renamed its copy first
+            shutil.rmtree(tmp)
     with tempfile.TemporaryDirectory(dir=root) as tmp_dir:
         own = Path(tmp_dir) / "own"
         _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(own), str(project),
              cwd=Path(tmp_dir))
-        part = archive.with_suffix(".tar.part")
+        part = Path(tmp_dir) / f"{archive.name}.part"  # this build's own: parallel builds never share one
         with tarfile.open(part, "w") as tar:
             for wheel in sorted(deps.glob("*.whl")):
                 tar.add(wheel, arcname=wheel.name)
@@ -143,7 +147,7 @@ def _host_archive(requirement: str, stem: str) -> Path:
     with tempfile.TemporaryDirectory(dir=root) as tmp_dir:
         wheels = Path(tmp_dir) / "wheels"
         _pip("wheel", "--quiet", "--wheel-dir", str(wheels), "pip", requirement)
-        part = archive.with_suffix(".tar.part")
+        part = Path(tmp_dir) / f"{archive.name}.part"  # this build's own: parallel builds never share one
         with tarfile.open(part, "w") as tar:
             for wheel in sorted(wheels.glob("*.whl")):
                 tar.add(wheel, arcname=wheel.name)
