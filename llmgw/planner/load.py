@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from llmgw.catalog import load_catalog
+from llmgw.fabric import FabricIndex as RealFabricIndex
 from llmgw.fabric import fabrics_from_facts
 from llmgw.fabric.hostmap import HostFabricMap, capture_key
 from llmgw.facts import memo
@@ -45,6 +46,21 @@ def placement_fabrics(facts: Mapping[str, HostFacts], where: Path, *, memo_min: 
     mapped = fabrics_from_facts(list(facts.values())).host_map()
     memo.store("fabrics", where, key, mapped)
     return mapped
+
+
+def memo_fabric_index(facts: Mapping[str, HostFacts], where: Path, *,
+                      memo_min: int = MEMO_MIN_FILES) -> RealFabricIndex:
+    """The whole fabric index (every switch and cable, for the views), memoised like
+    `placement_fabrics`; a text that does not parse raises FabricError every time."""
+    if len(facts) < memo_min:
+        return fabrics_from_facts(list(facts.values()))
+    key = (memo.code_version(_FABRIC_MODULES), capture_key(facts.values()))
+    found = memo.load("fabric-index", where, key)
+    if isinstance(found, RealFabricIndex):
+        return found
+    index = fabrics_from_facts(list(facts.values()))
+    memo.store("fabric-index", where, key, index)
+    return index
 
 
 def weight_sizes(facts_dir: Path) -> dict[str, int | None]:

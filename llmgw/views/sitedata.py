@@ -19,12 +19,12 @@ from pathlib import Path
 
 from llmgw.catalog import Catalog, load_catalog
 from llmgw.errors import FabricError, PlanError
-from llmgw.fabric import FabricIndex, fabrics_from_facts
+from llmgw.fabric import FabricIndex
 from llmgw.facts.cache import read_facts
 from llmgw.facts.records import HostFacts
 from llmgw.inventory import Inventory, load_inventory
 from llmgw.planner import Plan, PlanInputs, make_plan
-from llmgw.planner.load import weight_sizes
+from llmgw.planner.load import memo_fabric_index, weight_sizes
 from llmgw.site import SITE_FILE, Site
 from llmgw.state import State, read_state
 from llmgw.weights.check import unservable_sources
@@ -65,7 +65,7 @@ def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
     facts = read_facts(site.facts_dir)
     state = read_state(site.state_file)
     try:
-        fabrics = fabrics_from_facts(facts.values())
+        fabrics = memo_fabric_index(facts, site.facts_dir.resolve())  # parsed once per change
     except FabricError as exc:
         fabrics = FabricIndex({})
         notes.append(f"fabrics unknown: {exc.message}")

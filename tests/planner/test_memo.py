@@ -126,3 +126,20 @@ def test_site_fabric_map_matches(site: Site) -> None:
     facts = read_facts(site.facts_dir)
     index = fabrics_from_facts(list(facts.values()))
     _same_answers(index, sorted(facts))
+
+
+def test_views_fabric_index_from_memo_is_the_parsed_one(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    facts = read_facts(site.facts_dir)
+    where = site.facts_dir.resolve()
+    parsed = plan_load.memo_fabric_index(facts, where, memo_min=10**9)
+    first = plan_load.memo_fabric_index(facts, where, memo_min=0)
+
+    def no_parsing(*_: object, **__: object) -> None:
+        raise AssertionError("parsed although the memo holds this fabric index")
+
+    monkeypatch.setattr(plan_load, "fabrics_from_facts", no_parsing)
+    again = plan_load.memo_fabric_index(facts, where, memo_min=0)
+    assert parsed.fabrics
+    for index in (first, again):
+        assert [f.to_json() for f in index.fabrics.values()] == [f.to_json() for f in parsed.fabrics.values()]
+        _same_answers(index, sorted(facts))
