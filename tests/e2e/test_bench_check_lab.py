@@ -19,19 +19,17 @@ import pytest
 
 from llmgw.apply import hosts_for
 from llmgw.site import Site
-from tests.support.lab import Lab, lab
+from tests.support.lab import TINY, Lab, turn
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 
 @pytest.fixture(scope="module")
-def the_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    with lab(tmp_path_factory.mktemp("bench"), nodes=1, prefix="llmgw-bench") as it:
-        catalog = it.site / "catalog" / "tiny.yaml"
-        catalog.write_text(catalog.read_text().replace(
-            "    source: file:///srv/models/tiny.gguf\n",
-            "    source: file:///srv/models/tiny.gguf\n    requires: [chat, stream, completion]\n"))
-        it.ok("facts")
+def the_lab(shared_lab: Lab) -> Iterator[Lab]:
+    required = TINY.replace("    source: file:///srv/models/tiny.gguf\n",
+                            "    source: file:///srv/models/tiny.gguf\n    requires: [chat, stream, completion]\n")
+    assert required != TINY
+    with turn(shared_lab, catalog={"tiny.yaml": required}) as it:
         yield it
 
 
