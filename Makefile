@@ -48,7 +48,7 @@ WORKERS ?= auto
 unit: venv
 	$(BIN)/pytest -q -n $(WORKERS) -m "$(UNIT)"
 
-# Lab tests marked `unproven` (vLLM on lab hosts, the shared-state controller run, the demand
+# Lab tests marked `unproven` (vLLM on lab hosts, the demand
 # load ramp) have not yet been seen passing end to end here; they run on their own until they have.
 # Two runs, both always: the tests that need no lab on every core, then the lab tests in one
 # process, one after another (most share one lab of three hosts: `shared_lab`, tests/conftest.py).

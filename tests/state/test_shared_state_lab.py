@@ -33,7 +33,7 @@ from llmgw.state import WriteMeta, backend_for
 from tests.support.cli import run_cli
 from tests.support.lab import Lab, lab
 
-pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.postgres, pytest.mark.unproven]
+pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.postgres]
 
 
 @pytest.fixture
