@@ -9,7 +9,7 @@
   prompt; a response's instructions, and its input unless they are long) is hashed to a
   point on a ring of virtual nodes, `VNODES` per replica; the
   request goes to the first replica clockwise that is routable and not over its bound,
-  `ceil(LOAD_FACTOR * average in flight)` counting the request itself (consistent
+  `ceil(LOAD_FACTOR * average in flight) + SLACK` counting the request itself (consistent
   hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2017), so a popular
   prefix spills to the next replicas on the ring instead of making one hot. When every
   candidate is over its bound (or was tried), the least-loaded one takes it.
@@ -30,6 +30,11 @@ from typing import Any, Protocol, TypeVar
 
 VNODES = 64  # points per replica on the ring: with 3 replicas, shares within ~15% of even
 LOAD_FACTOR = 1.25  # a replica takes a prefix while its in-flight stays within 1.25x the average
+# ... plus this many: at a few requests in flight, 1.25x the average alone is 1 (3 replicas,
+# 2 in flight), which sends any two requests of one prefix at once to two replicas, one of
+# them without its prefix cached: strict balance at low load. A request more than its
+# share costs an engine that batches little; a miss costs the whole prefill (bench/prefix).
+SLACK = 1
 # Characters of the prompt's head that make its key. Long enough to tell a system prompt
 # or a document apart, short enough to hash in microseconds; prompts that differ only
 # after this share a replica, which is what a shared long prefix should do.
@@ -96,7 +101,7 @@ class Ring:
 
 def bound(total_in_flight: int, replicas: int, factor: float = LOAD_FACTOR) -> int:
     """The most requests one replica may hold once this one is placed."""
-    return math.ceil(factor * (total_in_flight + 1) / replicas)
+    return math.ceil(factor * (total_in_flight + 1) / replicas) + SLACK
 
 
 def pick_by_prefix(ring: Ring, key: int, candidates: Sequence[C], factor: float = LOAD_FACTOR,

@@ -58,7 +58,7 @@ class Fleet:
 def fleet(engines: Callable[..., Engine], state: StateFile, start_router: Callable[..., RunningRouter],
           api_key: str) -> Fleet:
     # Both models on the same three engines: `affine` routes by prefix, `spread` by load.
-    es = [engines(f"e{i}", parallel=2, ctx=16384) for i in range(3)]
+    es = [engines(f"e{i}", parallel=4, ctx=16384) for i in range(3)]
     state.write([affine("affine"), model("spread")],
                 [replica(f"affine-{i}", "affine", e.endpoint) for i, e in enumerate(es)]
                 + [replica(f"spread-{i}", "spread", e.endpoint) for i, e in enumerate(es)])
@@ -94,23 +94,23 @@ def test_the_load_bound_moves_requests_off_a_hot_replica(fleet: Fleet) -> None:
     system = system_prompt(7)
     fleet.ask("affine", system, "warm")
     home = next(rid for rid, n in fleet.served("affine-").items() if n == 1)
-    # Three long streams of one prefix at once: with a load factor of 1.25 a replica may
-    # hold ceil(1.25 * (in flight + 1) / 3) of them: the first goes home, the second finds
-    # home at its bound of 1 and goes to the next one clockwise, the third (bound 2) home.
+    # Four long streams of one prefix at once: a replica may hold ceil(1.25 * (in flight +
+    # 1) / 3) + 1 of them: the first three go home (bounds 2, 2, 3), the fourth finds home
+    # at its bound of 3 and goes to the next one clockwise.
     streams = []
     try:
-        for i in range(3):
+        for i in range(4):
             stream = fleet.client.chat.completions.create(
                 model="affine", max_tokens=3000, stream=True,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": f"long {i}"}])
             next(iter(stream))  # the engine is generating: the request is in flight
             streams.append(stream)
             wait_until(lambda n=i + 1: sum(fleet.in_flight("affine-").values()) == n, 10, f"{i + 1} in flight")
-        assert sorted(fleet.in_flight("affine-").values()) == [0, 1, 2], fleet.in_flight("affine-")
-        assert fleet.in_flight("affine-")[home] == 2  # one stream was moved off its home
+        assert sorted(fleet.in_flight("affine-").values()) == [0, 1, 3], fleet.in_flight("affine-")
+        assert fleet.in_flight("affine-")[home] == 3  # one stream was moved off its home
     finally:
         for s in streams:
             s.close()
     wait_until(lambda: sum(fleet.in_flight("affine-").values()) == 0, 30, "the streams to end")
     fleet.ask("affine", system, "back again")
-    assert fleet.served("affine-")[home] == 4  # with the load gone, the prefix goes home again
+    assert fleet.served("affine-")[home] == 5  # with the load gone, the prefix goes home again
