@@ -41,7 +41,8 @@ typecheck: venv
 	$(BIN)/mypy
 
 # The tests that need no host set-up (no lab, engine build, PostgreSQL or browser), no root, and
-# none of the slow ones (they run Ansible or build packages; see tests/conftest.py): under a minute.
+# none of the slow ones (they run Ansible or build packages; see tests/conftest.py). The goal is
+# under a minute on 2 cores; ~125 s of CPU today.
 # The tests that need no lab run on every core (pytest-xdist; WORKERS=1 for one process).
 UNIT := not lab and not engine and not postgres and not browser and not root and not slow
 WORKERS ?= auto
@@ -51,7 +52,8 @@ unit: venv
 # Lab tests marked `unproven` (vLLM on lab hosts, the demand
 # load ramp) have not yet been seen passing end to end here; they run on their own until they have.
 # Two runs, both always: the tests that need no lab on every core, then the lab tests in one
-# process, one after another (most share one lab of three hosts: `shared_lab`, tests/conftest.py).
+# process, one after another (an area may borrow the session's lab of three hosts, `shared_lab` in
+# tests/conftest.py, instead of starting its own: bench/check does).
 pytest: setup
 	$(BIN)/pytest -n $(WORKERS) -m "not unproven and not lab"; rest=$$?; \
 	$(BIN)/pytest -m "not unproven and lab"; lab=$$?; \
