@@ -30,7 +30,10 @@ def test_responses_plain_and_streamed(engines: Callable[..., Engine], state: Sta
     direct = e.client().responses.create(model="tiny", input=INPUT, max_output_tokens=8, temperature=0)
     assert direct.usage is not None
     per_response = direct.usage.input_tokens + direct.usage.output_tokens
-    sqlite_store.set_group("budget", tokens_per_day=per_response + 1)  # room for one, then the next ends it
+    # Room for a few: a request is admitted while its prompt bound (a token per body byte)
+    # fits beside what is used, so the limit is well above one response's tokens.
+    limit = 10 * per_response
+    sqlite_store.set_group("budget", tokens_per_day=limit)
     _, key = sqlite_store.create_key("agent-key", "budget")
     router = start_router(state.path)
     client = router.client(key)
@@ -52,17 +55,21 @@ def test_responses_plain_and_streamed(engines: Callable[..., Engine], state: Sta
     completed = events[-1].response
     assert completed.usage is not None and completed.usage.output_tokens == direct.usage.output_tokens
 
-    with pytest.raises(openai.RateLimitError) as info:
-        client.responses.create(model="tiny", input=INPUT, max_output_tokens=8)
+    admitted = 2
+    with pytest.raises(openai.RateLimitError) as info:  # the group's daily tokens end it
+        for _ in range(10):
+            client.responses.create(model="tiny", input=INPUT, max_output_tokens=8, temperature=0)
+            admitted += 1
     assert info.value.code == "insufficient_quota"
 
     usage = {k["name"]: k for k in router.admin("/api/v1/usage")["keys"]}["agent-key"]
-    assert usage["requests"] == 2
-    assert usage["prompt_tokens"] == 2 * direct.usage.input_tokens
-    assert usage["completion_tokens"] == 2 * direct.usage.output_tokens
+    assert usage["requests"] == admitted
+    assert usage["prompt_tokens"] == admitted * direct.usage.input_tokens
+    assert usage["completion_tokens"] == admitted * direct.usage.output_tokens
+    assert usage["total_tokens"] <= limit + 8  # only the last admitted completion may pass the limit
     metrics = HTTP.get(router.admin_url + "/metrics").text
-    assert 'llmgw_requests_total{model="tiny",status="200"} 2.0' in metrics
-    completion = 2.0 * direct.usage.output_tokens
+    assert f'llmgw_requests_total{{model="tiny",status="200"}} {float(admitted)}' in metrics
+    completion = float(admitted * direct.usage.output_tokens)
     assert f'llmgw_tokens_total{{kind="completion",model="tiny",replica="tiny-0"}} {completion}' in metrics
 
 

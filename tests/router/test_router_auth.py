@@ -98,7 +98,9 @@ def test_quotas_on_the_group_tree_and_usage(engines: Callable[..., Engine], stat
     state.write([model("tiny")], [replica("tiny-0", "tiny", e.endpoint)])
     sqlite_store.set_group("org", rpm=3)
     sqlite_store.set_group("team", parent="org")  # no limit of its own: the parent's applies
-    sqlite_store.set_group("budget", tokens_per_day=40)
+    # A request is admitted while its prompt bound (a token per body byte) fits beside what is
+    # used: the limit leaves room for several requests, then the budget ends them.
+    sqlite_store.set_group("budget", tokens_per_day=400)
     team_key_rec, team_key = sqlite_store.create_key("team-key", "team")
     _, budget_key = sqlite_store.create_key("budget-key", "budget")
     _, free_key = sqlite_store.create_key("free-key")
@@ -114,13 +116,16 @@ def test_quotas_on_the_group_tree_and_usage(engines: Callable[..., Engine], stat
 
     budget = router.client(budget_key)
     first = budget.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=16)
-    assert first.usage is not None and first.usage.total_tokens < 40
+    assert first.usage is not None and first.usage.total_tokens < 400
     # A stream whose client did not ask for usage is counted all the same.
     chunks = list(budget.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=16, stream=True))
     assert all(c.usage is None for c in chunks)
+    admitted = 2
     with pytest.raises(openai.RateLimitError) as info:
-        budget.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=2)
-    assert info.value.code == "insufficient_quota" and "40 tokens per day" in info.value.message
+        for _ in range(30):
+            budget.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=16)
+            admitted += 1
+    assert info.value.code == "insufficient_quota" and "400 tokens per day" in info.value.message
 
     free = router.client(free_key)
     for _ in range(5):  # no group, no limit
@@ -130,13 +135,14 @@ def test_quotas_on_the_group_tree_and_usage(engines: Callable[..., Engine], stat
     keys = {k["name"]: k for k in usage["keys"]}
     assert keys["team-key"]["requests"] == 3 and keys["team-key"]["id"] == team_key_rec.id
     assert keys["team-key"]["completion_tokens"] == 6 and keys["team-key"]["models"]["tiny"]["requests"] == 3
-    assert keys["budget-key"]["requests"] == 2
-    assert keys["budget-key"]["completion_tokens"] == 32
-    assert keys["budget-key"]["total_tokens"] == 2 * first.usage.total_tokens
+    assert keys["budget-key"]["requests"] == admitted
+    assert keys["budget-key"]["completion_tokens"] == 16 * admitted
+    assert keys["budget-key"]["total_tokens"] == admitted * first.usage.total_tokens
+    assert keys["budget-key"]["total_tokens"] <= 400 + 16  # only the last completion may pass the limit
     assert keys["free-key"]["requests"] == 5
     groups = {g["name"]: g for g in usage["groups"]}
     assert groups["org"]["requests"] == groups["team"]["requests"] == 3  # a subtree counts for its parents
-    assert groups["org"]["rpm"] == 3 and groups["budget"]["tokens_per_day"] == 40
+    assert groups["org"]["rpm"] == 3 and groups["budget"]["tokens_per_day"] == 400
     assert groups["budget"]["total_tokens"] == keys["budget-key"]["total_tokens"]
     stored = {r.key_id: r for r in sqlite_store.usage(usage["day"])}
     assert stored[team_key_rec.id].requests == 3  # written to the store, in batches
