@@ -96,6 +96,8 @@ class PostgresBackend(StateBackend):
         self._held: LockInfo | None = None
         self._lost: dict[str, str] = {}  # lease name -> why it was lost while held
         self._conn = self._connect()
+        self._side_mutex = threading.Lock()
+        self._side: Any = None  # the side tables' connection, opened when first used
         self._migrate()
 
     # -- connections ----------------------------------------------------------------------
@@ -125,9 +127,24 @@ class PostgresBackend(StateBackend):
                 raise StateError(f"the state at {self.where}: {_first_line(exc)}") from None
 
     def transaction(self) -> AbstractContextManager[Any]:
-        """A cursor in one transaction on this backend's connection, for tables kept beside the
-        state (the controller's runs)."""
-        return self._tx()
+        """A cursor in one transaction for tables kept beside the state (the controller's runs),
+        on a connection of their own: a state write waiting on a row lock holds the state's
+        connection, and the controller's API must still list its runs meanwhile (seen: the API
+        hung for as long as an apply's write waited)."""
+        return self._side_tx()
+
+    @contextmanager
+    def _side_tx(self) -> Iterator[Any]:
+        import psycopg
+
+        with self._side_mutex:
+            if self._side is None or self._side.closed or self._side.broken:
+                self._side = self._connect()
+            try:
+                with self._side.transaction(), self._side.cursor() as cur:
+                    yield cur
+            except psycopg.Error as exc:
+                raise StateError(f"the state at {self.where}: {_first_line(exc)}") from None
 
     def _migrate(self) -> None:
         with self._tx() as cur:
@@ -145,6 +162,9 @@ class PostgresBackend(StateBackend):
     def close(self) -> None:
         with self._mutex:
             self._conn.close()
+        with self._side_mutex:
+            if self._side is not None:
+                self._side.close()
 
     # -- reading --------------------------------------------------------------------------
 
