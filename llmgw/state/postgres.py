@@ -78,6 +78,34 @@ def _first_line(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+class _Connection:
+    """One connection, one transaction at a time, opened when first used and again when broken."""
+
+    def __init__(self, connect: Callable[[], Any], where: str) -> None:
+        self._connect = connect
+        self._where = where
+        self._mutex = threading.Lock()
+        self._conn: Any = None
+
+    @contextmanager
+    def tx(self) -> Iterator[Any]:
+        import psycopg
+
+        with self._mutex:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                self._conn = self._connect()
+            try:
+                with self._conn.transaction(), self._conn.cursor() as cur:
+                    yield cur
+            except psycopg.Error as exc:
+                raise StateError(f"the state at {self._where}: {_first_line(exc)}") from None
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+
+
 class PostgresBackend(StateBackend):
     """A state several bastions and pipelines share; see the module docstring."""
 
@@ -92,12 +120,13 @@ class PostgresBackend(StateBackend):
         self.lease = lease
         self.cache = cache  # the last state read or written, on disk: what routers are sent
         self._password = password
-        self._mutex = threading.Lock()
         self._held: LockInfo | None = None
         self._lost: dict[str, str] = {}  # lease name -> why it was lost while held
-        self._conn = self._connect()
-        self._side_mutex = threading.Lock()
-        self._side: Any = None  # the side tables' connection, opened when first used
+        self._main = _Connection(self._connect, self.where)  # the state's tables
+        # The side tables (the controller's runs) on a connection of their own: a state write
+        # waiting on a row lock holds the main one, and the controller's API must still list
+        # its runs meanwhile (seen: the API hung for as long as an apply's write waited).
+        self._side = _Connection(self._connect, self.where)
         self._migrate()
 
     # -- connections ----------------------------------------------------------------------
@@ -113,38 +142,13 @@ class PostgresBackend(StateBackend):
                              hint="check that PostgreSQL runs and the URL and user are right; the password comes "
                                   "from $LLMGW_STATE_PASSWORD, $LLMGW_STATE_PASSWORD_FILE or ~/.pgpass") from None
 
-    @contextmanager
-    def _tx(self) -> Iterator[Any]:
-        import psycopg
-
-        with self._mutex:
-            if self._conn.closed or self._conn.broken:
-                self._conn = self._connect()
-            try:
-                with self._conn.transaction(), self._conn.cursor() as cur:
-                    yield cur
-            except psycopg.Error as exc:
-                raise StateError(f"the state at {self.where}: {_first_line(exc)}") from None
+    def _tx(self) -> AbstractContextManager[Any]:
+        return self._main.tx()
 
     def transaction(self) -> AbstractContextManager[Any]:
         """A cursor in one transaction for tables kept beside the state (the controller's runs),
-        on a connection of their own: a state write waiting on a row lock holds the state's
-        connection, and the controller's API must still list its runs meanwhile (seen: the API
-        hung for as long as an apply's write waited)."""
-        return self._side_tx()
-
-    @contextmanager
-    def _side_tx(self) -> Iterator[Any]:
-        import psycopg
-
-        with self._side_mutex:
-            if self._side is None or self._side.closed or self._side.broken:
-                self._side = self._connect()
-            try:
-                with self._side.transaction(), self._side.cursor() as cur:
-                    yield cur
-            except psycopg.Error as exc:
-                raise StateError(f"the state at {self.where}: {_first_line(exc)}") from None
+        on the side connection."""
+        return self._side.tx()
 
     def _migrate(self) -> None:
         with self._tx() as cur:
@@ -160,11 +164,8 @@ class PostgresBackend(StateBackend):
                 cur.execute(stmt)
 
     def close(self) -> None:
-        with self._mutex:
-            self._conn.close()
-        with self._side_mutex:
-            if self._side is not None:
-                self._side.close()
+        self._main.close()
+        self._side.close()
 
     # -- reading --------------------------------------------------------------------------
 
