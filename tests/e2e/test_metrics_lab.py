@@ -83,7 +83,10 @@ def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metered]:
         it.ok("apply", "--auto-approve")
         run = run_playbook(ansible_content.playbook("prometheus.yml"), it.site / "hosts.yml", timeout=900)
         assert run.ok, f"playbooks/prometheus.yml failed on {run.failed or run.unreachable}"
-        yield Metered(it, prometheus, f"http://{address}:{METRICS_PORT}")
+        try:
+            yield Metered(it, prometheus, f"http://{address}:{METRICS_PORT}")
+        finally:
+            HTTP.close()  # its kept-alive connections, else unclosed sockets warn (an error here) at exit
 
 
 def instant(prometheus: str, expr: str) -> list[dict[str, Any]]:
