@@ -68,7 +68,8 @@ class Applier:
                  wheelhouse: Callable[[], Path], grace: float = 120.0, progress: Progress | None = None,
                  say: Say | None = None, fabric_hcas: Callable[[str, str], list[str]] | None = None,
                  backend: StateBackend | None = None, meta: WriteMeta | None = None,
-                 verify: Callable[[Sequence[PlannedReplica]], None] | None = None) -> None:
+                 verify: Callable[[Sequence[PlannedReplica]], None] | None = None,
+                 routers_installed: bool = False) -> None:
         self.plan = plan
         # Checks new replicas (catalog `requires:`, llmgw.probe.verify) before they are recorded
         # ready; raising leaves them `starting`, for the next plan to replace.
@@ -89,7 +90,11 @@ class Applier:
         self.outcome = Outcome(serial=self.state.serial)
         self._wheelhouse: Path | None = None
         self._undelivered = False  # the routers have not seen the latest state yet
-        self._routers_checked = False  # the router role ran in full once in this apply
+        # The router role ran in full once in this apply. `routers_installed`: the controller's
+        # demand runs, which change one replica and nothing of the routers' service (installed
+        # and checked by the apply that made them routers), deliver the state alone; the full
+        # role on every router took minutes of each scale action on a loaded machine.
+        self._routers_checked = routers_installed
 
     # -- the state ----------------------------------------------------------------------
 

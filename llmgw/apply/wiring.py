@@ -73,12 +73,14 @@ def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:
 def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20,
                 progress: Progress | None = None, say: Say | None = None,
                 engines_playbook: str = "apply.yml", backend: StateBackend | None = None,
-                meta: WriteMeta | None = None) -> Applier:
-    """An Applier for the site; `backend` (default: the site's, llmgw.state.backend_for) keeps the state."""
+                meta: WriteMeta | None = None, routers_installed: bool = False) -> Applier:
+    """An Applier for the site; `backend` (default: the site's, llmgw.state.backend_for) keeps the state;
+    `routers_installed`: deliver the state alone to the routers (Applier)."""
     from llmgw.probe.verify import replica_verifier
 
     hosts = hosts_for(site, forks, engines_playbook)
     return Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
                    wheelhouse=wheelhouse, grace=grace, progress=progress, say=say, fabric_hcas=fabric_hcas(site),
                    backend=backend or backend_for(site), meta=meta,
-                   verify=replica_verifier(site, hosts.engine_keys.key if hosts.engine_keys else None, say))
+                   verify=replica_verifier(site, hosts.engine_keys.key if hosts.engine_keys else None, say),
+                   routers_installed=routers_installed)

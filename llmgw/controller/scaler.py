@@ -191,8 +191,10 @@ class Scaler:
         meta = WriteMeta("demand", plan=hashlib.sha256(plan.to_json().encode()).hexdigest()[:12], git_commit=commit)
         try:
             with self.backend.lock(f"controller run {run.id} ({d.kind} {d.model})"):
+                # The routers' service is apply's: a demand run changes replicas alone, so it
+                # delivers the state alone (a router new to the inventory gets its service from apply).
                 outcome = applier_for(site, plan, grace=self.grace, say=say, engines_playbook="activate.yml",
-                                      backend=self.backend, meta=meta).run()
+                                      backend=self.backend, meta=meta, routers_installed=True).run()
         except LockHeld as held:
             # A person's apply holds the state: decided again at the next tick.
             self.runs.update(run.id, status="failed", log=f"the state's lock is held: {held.holder.describe()}")

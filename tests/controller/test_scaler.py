@@ -4,7 +4,9 @@ reason, the activation's status for the routers, a failed apply or a held lock t
 
 from __future__ import annotations
 
+import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +14,20 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw.apply import Applier
 from llmgw.apply.controller_token import router_token_for
+from llmgw.apply.hosts import Progress, RouterView
+from llmgw.apply.on_demand_plans import deactivation_plan
 from llmgw.controller import Controller
 from llmgw.controller import scaler as scaler_mod
 from llmgw.controller.api import controller_app, demand_app
 from llmgw.controller.demand import ReplicaLoad, Report
 from llmgw.errors import RunnerError
-from llmgw.planner import Action, Desired, Plan, Summary
+from llmgw.planner import Action, Desired, Plan, Summary, make_plan
+from llmgw.planner.load import load_inputs
 from llmgw.site import Site
-from llmgw.state import LockHeld, LockInfo, Replica, Shard, WriteMeta
+from llmgw.state import LockHeld, LockInfo, Replica, Shard, State, WriteMeta, read_state, write_state
+from tests.apply.test_executor import REPO, Recorder
 from tests.controller.test_demand_api import make_site
 
 
@@ -181,3 +188,49 @@ def test_the_admin_api_exports_activations_and_scale_decisions_by_outcome(ctl: C
     assert got[("llmgw_scale_decisions_total", up)] == 1 and got[("llmgw_scale_decisions_total", down)] == 1
     assert got[("llmgw_activations_in_flight", (("model", "new"),))] == 0
     assert not [k for k in got if k[0] == "llmgw_activations_in_flight" and dict(k[1])["model"] == "ghost"]
+
+
+def test_demand_runs_deliver_the_state_alone_to_the_routers(ctl: Controller, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """A demand run changes one replica, nothing of the routers' service: the Applier it makes
+    sends the routers the state alone, never the full router role (minutes per scale action in
+    the lab, which stalled the load ramp), while every other apply checks the service first."""
+    asked: list[Any] = []
+    monkeypatch.setattr(scaler_mod, "applier_for",
+                        lambda _site, plan, **kw: asked.append(kw) or FakeApplier(ctl, plan))
+    ctl.scaler.ask("new", lambda _m: False)
+    ctl.demand_tick()
+    assert [kw.get("routers_installed") for kw in asked] == [True]
+
+    site = Site.load(shutil.copytree(REPO / "inventories" / "example", tmp_path / "example",
+                                     ignore=shutil.ignore_patterns("state.json*")))
+    for installed, wanted in ((False, [False, False]), (True, [True, True])):
+        hosts = StateOnlyRecorder(site)
+        plan = make_plan(load_inputs(site))
+        Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
+                wheelhouse=lambda: Path("/nonexistent/wheelhouse.tar"), grace=1.0,
+                routers_installed=installed).run()
+        # Then a plan that takes one replica away: a second delivery, to drain it.
+        state = read_state(site.state_file)
+        hosts2 = StateOnlyRecorder(site)
+        Applier(plan=deactivation_plan(state, state.replicas[0].id), state_file=site.state_file,
+                inventory=hosts2.inventory, hosts=hosts2, wheelhouse=lambda: Path("/nonexistent/wheelhouse.tar"),
+                grace=1.0, routers_installed=installed).run()
+        assert [hosts.state_only[0], hosts2.state_only[0]] == wanted
+        assert all(hosts.state_only[1:]) and all(hosts2.state_only[1:])
+        write_state(site.state_file, State())  # the next round starts bare
+
+
+class StateOnlyRecorder(Recorder):
+    """tests/apply's recorder of host calls, noting whether each delivery was the state alone."""
+
+    def __init__(self, site: Site) -> None:
+        super().__init__(site)
+        self.state_only: list[bool] = []
+
+    def deliver(self, state_file: Path, wheelhouse: Path, *, serial: int, present: Sequence[str] = (),
+                idle: Sequence[str] = (), timeout: float = 60.0, state_only: bool = False,
+                progress: Progress | None = None) -> list[RouterView]:
+        self.state_only.append(state_only)
+        return super().deliver(state_file, wheelhouse, serial=serial, present=present, idle=idle, timeout=timeout,
+                               state_only=state_only, progress=progress)
