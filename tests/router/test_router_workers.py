@@ -11,6 +11,11 @@ The engine is a narrow double (an aiohttp server in this process): a stream that
 until the test releases it, which the tiny llama-server cannot do on cue. Which worker
 accepts a connection is the kernel's choice, so tests that need requests on both
 workers open held streams until the admin API shows both holding some.
+
+Starting a router costs three Python processes' imports (seconds of CPU each), so the tests
+share one per module (`shared`), pinned to one CPU as the burst test needs, and count
+in deltas; each starts from a fleet with nothing in flight, and one the last test's
+SIGTERM stopped is started anew. The CLI's argument checks run in-process.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import pytest
 from aiohttp import web
 
 from llmgw.store import open_store
+from tests.support.cli import run_cli
 from tests.support.net import free_port
 from tests.support.router import HTTP, StateFile, model, replica
 from tests.support.waiting import wait_until
@@ -116,6 +122,19 @@ class HoldEngine:
     def release(self) -> None:
         assert self._loop is not None and self._released is not None
         self._loop.call_soon_threadsafe(self._released.set)
+
+    def hold_again(self) -> None:
+        """Streams started from now on hold again (after every released one has ended)."""
+        assert self._loop is not None and self._released is not None
+        wait_until(lambda: self.holding == 0, 30, "the released streams to end")
+        released, done = self._released, threading.Event()
+
+        def clear() -> None:
+            released.clear()
+            done.set()
+
+        self._loop.call_soon_threadsafe(clear)
+        assert done.wait(10)
 
     def stop(self) -> None:
         if self._loop is not None:
@@ -260,22 +279,73 @@ def store_url(tmp_path: Path) -> str:
     return f"sqlite://{tmp_path / 'store.sqlite'}"
 
 
+@dataclass
+class Shared:
+    """One engine, state, store and router for the module's tests (see the docstring)."""
+
+    tmp: Path
+    engine: HoldEngine
+    state: StateFile
+    store_url: str
+    key: str  # a key with no quota
+    capped_key: str  # a key in a group of 5 requests a minute
+    w: Workers | None = None
+    starts: int = 0
+
+    def router(self) -> Workers:
+        if self.w is None or self.w.proc.poll() is not None:
+            self.starts += 1
+            self.w = start_workers(self.state.path, self.store_url, self.tmp / f"router-{self.starts}.log",
+                                   cpu=min(os.sched_getaffinity(0)))
+        return self.w
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    tmp = tmp_path_factory.mktemp("workers")
+    e = HoldEngine().start()
+    state = StateFile(tmp / "state.json")
+    state.write([model("m")], [replica("r1", "m", e.endpoint)])
+    url = f"sqlite://{tmp / 'store.sqlite'}"
+    store = open_store(url)
+    try:
+        _, key = store.create_key("tester")
+        store.set_group("capped", rpm=5)
+        _, capped = store.create_key("capped-key", "capped")
+    finally:
+        store.close()
+    it = Shared(tmp, e, state, url, key, capped)
+    yield it
+    e.release()
+    if it.w is not None:
+        stop(it.w)
+    e.stop()
+
+
 @pytest.fixture
-def router(tmp_path: Path, state: StateFile, engine: HoldEngine, store_url: str) -> Iterator[tuple[Workers, str]]:
-    state.write([model("m")], [replica("r1", "m", engine.endpoint)])
-    store = open_store(store_url)
-    _, key = store.create_key("tester")
-    store.close()
-    w = start_workers(state.path, store_url, tmp_path / "router.log")
-    yield w, key
-    engine.release()
-    stop(w)
+def router(shared: Shared) -> Iterator[tuple[Workers, str]]:
+    """The shared router, serving r1 (ready) with nothing in flight and streams that hold."""
+    shared.engine.hold_again()
+    serial = shared.state.set_replica_state("r1", "ready").serial
+    w = shared.router()
+    wait_until(lambda: w.admin("/api/v1/replicas")["serial"] >= serial, 10, "the state the test starts from")
+    wait_until(lambda: w.all_ready() and w.replica("r1")["in_flight"] == 0, 30, "nothing in flight")
+    yield w, shared.key
+    shared.engine.release()
+
+
+def _usage(w: Workers) -> tuple[int, int]:
+    keys = w.admin("/api/v1/usage")["keys"]  # every worker's usage flushed before the answer
+    return sum(k["requests"] for k in keys), sum(k["total_tokens"] for k in keys)
 
 
 # -- tests --------------------------------------------------------------------------------------
 def test_drain_waits_for_every_workers_requests_and_metrics_add_up(router: tuple[Workers, str],
-                                                                  engine: HoldEngine, state: StateFile) -> None:
+                                                                  shared: Shared) -> None:
     w, key = router
+    engine, state = shared.engine, shared.state
+    before = w.admin("/metrics")
+    used_before = _usage(w)
     held = hold_on_every_worker(w, key, engine, "r1")
     rep = w.replica("r1")
     assert rep["in_flight"] == len(held) == sum(rep["in_flight_by_worker"])
@@ -297,16 +367,19 @@ def test_drain_waits_for_every_workers_requests_and_metrics_add_up(router: tuple
     assert all(h.complete for h in held), [(h.status, h.error, h.body[-80:]) for h in held if not h.complete]
     wait_until(lambda: w.replica("r1")["in_flight"] == 0, 10, "the drain to finish")
     text = w.admin("/metrics")
-    assert metric(text, "llmgw_requests_total", model="m", status="200") == len(held)
-    assert metric(text, "llmgw_requests_total", model="m", status="503") == 1
+    for status, n in (("200", len(held)), ("503", 1)):
+        added = (metric(text, "llmgw_requests_total", model="m", status=status)
+                 - metric(before, "llmgw_requests_total", model="m", status=status))
+        assert added == n, (status, added)
     assert metric(text, "llmgw_replica_in_flight", replica="r1") == 0
-    usage = w.admin("/api/v1/usage")  # every worker's usage flushed before the answer
-    assert sum(k["requests"] for k in usage["keys"]) == len(held) + 0  # the 503 used no tokens: not counted
-    assert sum(k["total_tokens"] for k in usage["keys"]) == 5 * len(held)
+    requests, tokens = _usage(w)
+    assert requests - used_before[0] == len(held) + 0  # the 503 used no tokens: not counted
+    assert tokens - used_before[1] == 5 * len(held)
 
 
-def test_killed_worker_is_replaced_and_its_counts_cleared(router: tuple[Workers, str], engine: HoldEngine) -> None:
+def test_killed_worker_is_replaced_and_its_counts_cleared(router: tuple[Workers, str], shared: Shared) -> None:
     w, key = router
+    engine = shared.engine
     held = hold_on_every_worker(w, key, engine, "r1")
     by_worker = w.replica("r1")["in_flight_by_worker"]
     before = w.workers()
@@ -315,7 +388,7 @@ def test_killed_worker_is_replaced_and_its_counts_cleared(router: tuple[Workers,
 
     def replaced() -> bool:
         now = w.workers()[0]
-        return bool(now["pid"] != victim["pid"] and now["ready"] and now["restarts"] == 1)
+        return bool(now["pid"] != victim["pid"] and now["ready"] and now["restarts"] == victim["restarts"] + 1)
 
     wait_until(replaced, 30, "worker 0 replaced")
     # The streams worker 0 held died with it, and no longer count; worker 1's still do.
@@ -335,72 +408,34 @@ def test_killed_worker_is_replaced_and_its_counts_cleared(router: tuple[Workers,
     assert w.proc.poll() is None
 
 
-def test_sigterm_drains_every_worker(router: tuple[Workers, str], engine: HoldEngine) -> None:
-    w, key = router
-    held = hold_on_every_worker(w, key, engine, "r1")
-    pids = [x["pid"] for x in w.workers()]
-    w.proc.send_signal(signal.SIGTERM)
-
-    def refusing() -> bool:
-        c = http.client.HTTPConnection("127.0.0.1", w.port, timeout=2)
-        try:
-            c.request("GET", "/health")
-            c.getresponse().read()
-        except OSError:
-            return True
-        finally:
-            c.close()
-        return False
-
-    wait_until(refusing, 20, "the client listener to close")
-    assert all(not h.done.is_set() for h in held), "a held stream ended before its drain"
-    assert w.proc.poll() is None  # still draining: waiting for the workers
-    engine.release()
-    for h in held:
-        assert h.done.wait(30)
-    assert all(h.complete for h in held), [(h.status, h.error, h.body[-80:]) for h in held if not h.complete]
-    assert w.proc.wait(30) == 0
-    for pid in pids:
-        wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists() or "zombie" in _proc_state(pid), 10,
-                   f"worker {pid} gone")
-
-
-def test_a_burst_of_connections_spreads_over_the_workers(tmp_path: Path, state: StateFile, engine: HoldEngine,
-                                                         store_url: str) -> None:
+def test_a_burst_of_connections_spreads_over_the_workers(router: tuple[Workers, str], shared: Shared) -> None:
     # A load balancer's pool, or a benchmark, opens its keep-alive connections at once;
     # they stay where they land. On one shared socket the first worker to run took them
     # all (seen: 32 of 32 on a busy host; here both workers share one CPU, so one runs
     # first); a socket per worker lets the kernel spread them (all 16 on one of 2
     # workers by chance: 2 in 65,536).
-    state.write([model("m")], [replica("r1", "m", engine.endpoint)])
-    store = open_store(store_url)
-    _, key = store.create_key("tester")
-    store.close()
-    w = start_workers(state.path, store_url, tmp_path / "router.log", cpu=min(os.sched_getaffinity(0)))
-    try:
-        socks = [socket.socket() for _ in range(16)]
-        for sock in socks:  # every handshake started before any completes, as a pool does
-            sock.setblocking(False)
-            sock.connect_ex(("127.0.0.1", w.port))
-        _, writable, _ = select.select([], socks, [], 10)
-        assert len(writable) == len(socks)
-        conns = []
-        for sock in socks:
-            sock.settimeout(60)
-            conn = http.client.HTTPConnection("127.0.0.1", w.port, timeout=60)
-            conn.sock = sock
-            conns.append(conn)
-        held = [Held(w.port, key, conn=c).start() for c in conns]
-        wait_until(lambda: engine.holding == len(held), 20, f"{len(held)} streams held by the engine")
-        by_worker = w.replica("r1")["in_flight_by_worker"]
-        assert sum(by_worker) == len(held) and all(n > 0 for n in by_worker), by_worker
-        engine.release()
-        for h in held:
-            assert h.done.wait(30)
-        assert all(h.complete for h in held)
-    finally:
-        engine.release()
-        stop(w)
+    w, key = router
+    engine = shared.engine
+    socks = [socket.socket() for _ in range(16)]
+    for sock in socks:  # every handshake started before any completes, as a pool does
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", w.port))
+    _, writable, _ = select.select([], socks, [], 10)
+    assert len(writable) == len(socks)
+    conns = []
+    for sock in socks:
+        sock.settimeout(60)
+        conn = http.client.HTTPConnection("127.0.0.1", w.port, timeout=60)
+        conn.sock = sock
+        conns.append(conn)
+    held = [Held(w.port, key, conn=c).start() for c in conns]
+    wait_until(lambda: engine.holding == len(held), 20, f"{len(held)} streams held by the engine")
+    by_worker = w.replica("r1")["in_flight_by_worker"]
+    assert sum(by_worker) == len(held) and all(n > 0 for n in by_worker), by_worker
+    engine.release()
+    for h in held:
+        assert h.done.wait(30)
+    assert all(h.complete for h in held)
 
 
 def test_an_address_another_listener_holds_is_refused(tmp_path: Path, state: StateFile, store_url: str) -> None:
@@ -446,43 +481,78 @@ def _fire(w: Workers, key: str, n: int) -> list[int]:
     return codes
 
 
-def _quota_holds(tmp_path: Path, state: StateFile, engine: HoldEngine, store_url: str) -> None:
-    state.write([model("m")], [replica("r1", "m", engine.endpoint)])
-    store = open_store(store_url)
-    try:
-        store.set_group("capped", rpm=5)
-        _, key = store.create_key("capped-key", "capped")
-    finally:
-        store.close()
-    w = start_workers(state.path, store_url, tmp_path / "router.log")
-    try:
-        # Not across a minute boundary: the limit is per clock minute (weighted by the last).
-        wait_until(lambda: time.time() % 60 < 50, 15, "a minute with 10 s left")
-        codes = _fire(w, key, 20)
-        assert sorted(codes) == [200] * 5 + [429] * 15, codes
-        text = w.admin("/metrics")
-        assert metric(text, "llmgw_requests_total", model="m", status="200") == 5
-        assert metric(text, "llmgw_requests_total", model="m", status="429") == 15
-    finally:
-        stop(w)
+def _quota_holds(w: Workers, key: str) -> None:
+    """`key`'s group allows 5 requests a minute and has not been used yet."""
+    # Not across a minute boundary: the limit is per clock minute (weighted by the last).
+    wait_until(lambda: time.time() % 60 < 50, 15, "a minute with 10 s left")
+    before = w.admin("/metrics")
+    codes = _fire(w, key, 20)
+    assert sorted(codes) == [200] * 5 + [429] * 15, codes
+    text = w.admin("/metrics")
+    for status, n in (("200", 5), ("429", 15)):
+        added = (metric(text, "llmgw_requests_total", model="m", status=status)
+                 - metric(before, "llmgw_requests_total", model="m", status=status))
+        assert added == n, (status, added)
 
 
-def test_quota_holds_across_workers_sqlite(tmp_path: Path, state: StateFile, engine: HoldEngine,
-                                           store_url: str) -> None:
-    _quota_holds(tmp_path, state, engine, store_url)
+def test_quota_holds_across_workers_sqlite(router: tuple[Workers, str], shared: Shared) -> None:
+    w, _ = router
+    _quota_holds(w, shared.capped_key)
 
 
 @pytest.mark.postgres
 def test_quota_holds_across_workers_postgres(tmp_path: Path, state: StateFile, engine: HoldEngine,
                                              pg_url: str) -> None:
-    _quota_holds(tmp_path, state, engine, pg_url)
+    state.write([model("m")], [replica("r1", "m", engine.endpoint)])
+    store = open_store(pg_url)
+    try:
+        store.set_group("capped", rpm=5)
+        _, key = store.create_key("capped-key", "capped")
+    finally:
+        store.close()
+    w = start_workers(state.path, pg_url, tmp_path / "router.log")
+    try:
+        _quota_holds(w, key)
+    finally:
+        stop(w)
 
 
 def test_workers_option_is_checked(tmp_path: Path, state: StateFile, store_url: str) -> None:
+    # In-process: the check comes before anything listens (the test above runs the real CLI).
     state.write([model("m")], [])
     for bad, says in (("0", "out of range"), ("many", "not a number")):
-        r = subprocess.run([sys.executable, "-c", "from llmgw.cli import main; main()", "router", "serve",
-                            "--state", str(state.path), "--store", store_url, "--workers", bad],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+        r = run_cli("router", "serve", "--state", str(state.path), "--store", store_url, "--workers", bad)
+        assert r.exit_code == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# Last of the tests on the shared router: it stops it (one a later test needs is started anew).
+def test_sigterm_drains_every_worker(router: tuple[Workers, str], shared: Shared) -> None:
+    w, key = router
+    engine = shared.engine
+    held = hold_on_every_worker(w, key, engine, "r1")
+    pids = [x["pid"] for x in w.workers()]
+    w.proc.send_signal(signal.SIGTERM)
+
+    def refusing() -> bool:
+        c = http.client.HTTPConnection("127.0.0.1", w.port, timeout=2)
+        try:
+            c.request("GET", "/health")
+            c.getresponse().read()
+        except OSError:
+            return True
+        finally:
+            c.close()
+        return False
+
+    wait_until(refusing, 20, "the client listener to close")
+    assert all(not h.done.is_set() for h in held), "a held stream ended before its drain"
+    assert w.proc.poll() is None  # still draining: waiting for the workers
+    engine.release()
+    for h in held:
+        assert h.done.wait(30)
+    assert all(h.complete for h in held), [(h.status, h.error, h.body[-80:]) for h in held if not h.complete]
+    assert w.proc.wait(30) == 0
+    for pid in pids:
+        wait_until(lambda pid=pid: not Path(f"/proc/{pid}").exists() or "zombie" in _proc_state(pid), 10,
+                   f"worker {pid} gone")
 
