@@ -8,9 +8,8 @@ count per kind of cable), so a fabric of thousands of hosts parses in about a se
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable
 
-from llmgw.fabric.graph import Graph, RawCable, RawNode, RawPort
+from llmgw.fabric.graph import Graph, NodeKind, RawCable, RawNode, RawPort
 from llmgw.fabric.rails import compute_rails
 from llmgw.fabric.rates import Rate
 from llmgw.fabric.structure import (
@@ -41,30 +40,33 @@ def host_and_device(node: RawNode) -> tuple[str, str] | None:
 
 def build_fabrics(graph: Graph) -> list[Fabric]:
     cables = list(graph.cables())
-    parent = {key: key for key in graph.nodes}
-
-    def find(key: str) -> str:
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
-
-    for c in cables:
-        ra, rb = find(c.a.key), find(c.b.key)
-        if ra != rb:
-            parent[ra] = rb
+    nodes = graph.nodes
+    # Connected subnets: a walk along each node's ports (a capture is nearly always one).
+    root: dict[str, str] = {}
+    for key in nodes:
+        if key in root:
+            continue
+        root[key] = key
+        stack = [key]
+        while stack:
+            for p in nodes[stack.pop()].ports.values():
+                if p.peer not in root:
+                    root[p.peer] = key
+                    stack.append(p.peer)
     members: dict[str, list[RawNode]] = defaultdict(list)
-    for key, node in graph.nodes.items():
-        members[find(key)].append(node)
-    wired: dict[str, list[RawCable]] = defaultdict(list)
-    for c in cables:
-        wired[find(c.a.key)].append(c)
-    fabrics = [_build_one(graph, nodes, wired[root]) for root, nodes in members.items()]
+    for key, node in nodes.items():
+        members[root[key]].append(node)
+    if len(members) == 1:
+        wired: dict[str, list[RawCable]] = {next(iter(members)): cables}
+    else:
+        wired = defaultdict(list)
+        for c in cables:
+            wired[root[c.a.key]].append(c)
+    fabrics = [_build_one(graph, group, wired.get(r, [])) for r, group in members.items()]
     return sorted(fabrics, key=lambda f: f.id)
 
 
-def _hops(nodes: list[RawNode], cables: list[RawCable],
-          owners: dict[str, tuple[str, str]]) -> dict[str, int]:
+def _hops(graph: Graph, nodes: list[RawNode], owners: dict[str, tuple[str, str]]) -> dict[str, int]:
     """Fewest cables from a host adapter to each switch (multi-source BFS).
 
     Only host adapters count as sources: a switch's own SHARP aggregation node is an
@@ -72,26 +74,23 @@ def _hops(nodes: list[RawNode], cables: list[RawCable],
     without a single host adapter falls back to every adapter."""
     sources = [n.key for n in nodes if n.key in owners] or \
         [n.key for n in nodes if n.kind != "switch"]
-    neighbours: dict[str, list[str]] = defaultdict(list)
-    kinds = {n.key: n.kind for n in nodes}
-    for c in cables:
-        neighbours[c.a.key].append(c.b.key)
-        neighbours[c.b.key].append(c.a.key)
+    every = graph.nodes
     dist: dict[str, int] = {s: 0 for s in sources}
     queue = deque(sources)
     while queue:
         key = queue.popleft()
-        for nxt in neighbours[key]:
-            if nxt not in dist and kinds[nxt] == "switch":
-                dist[nxt] = dist[key] + 1
+        d = dist[key] + 1
+        for p in every[key].ports.values():
+            nxt = p.peer
+            if nxt not in dist and every[nxt].kind == "switch":
+                dist[nxt] = d
                 queue.append(nxt)
-    return {k: d for k, d in dist.items() if kinds[k] == "switch"}
+    return {k: d for k, d in dist.items() if every[k].kind == "switch"}
 
 
-def _expected(rates: Iterable[Rate]) -> Rate | None:
+def _expected(counts: Counter[Rate]) -> Rate | None:
     """The rate most cables of a kind run at; on a tie the faster one, so the slower
     half of an evenly split fabric is the one reported."""
-    counts = Counter(rates)  # a handful of distinct rates: judge each once, not per cable
     known = [r for r in counts if r.known]
     if not known:
         return None
@@ -100,48 +99,54 @@ def _expected(rates: Iterable[Rate]) -> Rate | None:
 
 def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fabric:
     owners = {n.key: o for n in nodes if (o := host_and_device(n)) is not None}
-    hops = _hops(nodes, cables, owners)
+    hops = _hops(graph, nodes, owners)
 
     # Where a switch sorts as a cable's lower end: nearer to the adapters, then by name.
     # Worked out once per switch, not once per cable.
     order = {n.key: (hops.get(n.key, _FAR), natural_key(n.description))
              for n in nodes if n.kind == "switch"}
-    no_owner = (None, None)
+    # What every End of a node repeats, and how its name sorts: once per node, not per port.
+    same: dict[str, tuple[NodeKind, str, int | None, str | None, str | None]] = {}
+    names: dict[str, tuple[tuple[int, int | str], ...]] = {}
+    for n in nodes:
+        host, ca = owners.get(n.key, (None, None))
+        same[n.key] = (n.kind, n.description, n.guid, host, ca)
+        names[n.key] = natural_key(n.description)
 
-    def end(node: RawNode, port: RawPort) -> End:
-        host, ca = owners.get(node.key, no_owner)
-        return End(node.kind, node.description, port.port, node.guid, port.port_guid, host, ca)
-
-    # Each cable with its ends in reading order, and the node keys behind those ends.
-    oriented: list[tuple[RawCable, End, End, tuple[str, str], LinkKind]] = []
+    # Each cable with its ends in reading order, its kind and the node keys behind it;
+    # and how many cables of each kind run at each rate.
+    oriented: list[tuple[RawCable, RawNode, RawPort, RawNode, RawPort, LinkKind]] = []
+    counts: dict[LinkKind, Counter[Rate]] = {k: Counter() for k in _KIND_ORDER}
     for c in cables:
-        a, b = c.a, c.b
-        a_switch, b_switch = a.kind == "switch", b.kind == "switch"
-        if a_switch and (not b_switch or (order[b.key], c.b_port.port)
-                         < (order[a.key], c.a_port.port)):
-            ea, eb = end(b, c.b_port), end(a, c.a_port)
-            a, b = b, a
+        a, pa, b, pb = c.a, c.a_port, c.b, c.b_port
+        if a.kind == "switch":
+            if b.kind != "switch":
+                a, pa, b, pb = b, pb, a, pa
+                kind: LinkKind = "host" if a.key in owners else "other"
+            else:
+                kind = "switch"
+                if (order[b.key], pb.port) < (order[a.key], pa.port):
+                    a, pa, b, pb = b, pb, a, pa
         else:
-            ea, eb = end(a, c.a_port), end(b, c.b_port)
-        if ea.kind == "switch":
-            kind: LinkKind = "switch"
-        else:
-            kind = "host" if ea.host is not None and eb.kind == "switch" else "other"
-        oriented.append((c, ea, eb, (a.key, b.key), kind))
+            kind = "host" if b.kind == "switch" and a.key in owners else "other"
+        oriented.append((c, a, pa, b, pb, kind))
+        counts[kind][c.rate] += 1
 
     expected: dict[LinkKind, Rate] = {}
     for kind in _KIND_ORDER:
-        rate = _expected(c.rate for c, _, _, _, k in oriented if k == kind)
+        rate = _expected(counts[kind])
         if rate is not None:
             expected[kind] = rate
 
     links: list[Link] = []
+    sort_keys: list[tuple[int, tuple[tuple[int, int | str], ...], int,
+                          tuple[tuple[int, int | str], ...], int]] = []
     # (node, port) -> link, mine, far; only adapters' and routers' ends are looked up.
     ends: dict[tuple[str, int], tuple[Link, End, End]] = {}
     # Judged once per distinct rate and kind; keyed by the Rate's id (every cable's rate
     # stays alive in `cables`), which is cheaper to hash than its fields.
     below: dict[tuple[int, LinkKind], bool] = {}
-    for c, ea, eb, (ka, kb), kind in oriented:
+    for c, a, pa, b, pb, kind in oriented:
         rate = c.rate
         exp = expected.get(kind)
         slow = below.get((id(rate), kind))
@@ -149,14 +154,19 @@ def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fa
             gbps = rate.gbps
             slow = below[(id(rate), kind)] = (gbps is not None and exp is not None
                                               and gbps < (exp.gbps or 0.0))
+        ka, kb = a.key, b.key
+        sa, sb = same[ka], same[kb]
+        ea = End(sa[0], sa[1], pa.port, sa[2], pa.port_guid, sa[3], sa[4])
+        eb = End(sb[0], sb[1], pb.port, sb[2], pb.port_guid, sb[3], sb[4])
         link = Link(ea, eb, rate, kind, exp, slow)
         links.append(link)
-        if ea.kind != "switch":
-            ends[(ka, ea.port)] = (link, ea, eb)
-        if eb.kind != "switch":
-            ends[(kb, eb.port)] = (link, eb, ea)
-    links.sort(key=lambda li: (_KIND_ORDER[li.kind], natural_key(li.a.name), li.a.port,
-                               natural_key(li.b.name), li.b.port))
+        sort_keys.append((_KIND_ORDER[kind], names[ka], pa.port, names[kb], pb.port))
+        if sa[0] != "switch":
+            ends[(ka, pa.port)] = (link, ea, eb)
+        if sb[0] != "switch":
+            ends[(kb, pb.port)] = (link, eb, ea)
+    # Sorted by kind, then each end's name (naturally) and port; stable, as before.
+    links = [links[i] for i in sorted(range(len(links)), key=sort_keys.__getitem__)]
 
     switch_guids = {n.key: n.guid for n in nodes if n.kind == "switch"}
     hosts: dict[str, list[Adapter]] = defaultdict(list)
@@ -217,6 +227,8 @@ def _notes(cables: list[RawCable], hosts: dict[str, tuple[Adapter, ...]]) -> lis
                      f"ibnetdiscover could not name (?? or ???); {'it is' if one else 'they are'} "
                      "not judged")
     for host, ads in hosts.items():
+        if len({a.rail for a in ads}) == len(ads):  # nearly every host: no rail twice
+            continue
         seen = Counter(a.rail for a in ads)
         for rail, n in sorted(seen.items()):
             if n > 1:

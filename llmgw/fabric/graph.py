@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from llmgw.errors import FabricError
 from llmgw.fabric.rates import Rate, slower
@@ -40,8 +40,7 @@ class RawNode:
     ports: dict[int, RawPort] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class RawCable:
+class RawCable(NamedTuple):  # a tuple: one per cable, built in one step
     a: RawNode
     a_port: RawPort
     b: RawNode

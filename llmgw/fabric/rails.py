@@ -54,23 +54,48 @@ def compute_rails(hosts: Mapping[str, Sequence[Adapter]]) -> Rails:
     multi = {h: p for h, ads in hosts.items() if len(p := rail_places(ads)) >= 2}
     if not multi:
         return Rails(aligned=None, reason="one adapter per host on this fabric")
+    # Hosts cabled alike (a scalable unit: the same leaf for each rail) count alike, so
+    # the tallies and the verdicts are worked out once per cabling, not once per host.
     leaf_names: dict[int, str] = {}
-    per_leaf: dict[int, Counter[str]] = defaultdict(Counter)
-    together: dict[tuple[str, int, str], Counter[int]] = defaultdict(Counter)
-    for places in multi.values():
+    cablings: Counter[tuple[tuple[str, int], ...]] = Counter()
+    cabling_of: dict[str, tuple[tuple[str, int], ...]] = {}
+    for host, places in multi.items():
+        pairs: list[tuple[str, int]] = []
         for rail, a in places.items():
             assert a.switch_guid is not None and a.switch is not None
             leaf_names[a.switch_guid] = a.switch
-            per_leaf[a.switch_guid][rail] += 1
-            for other, b in places.items():
+            pairs.append((rail, a.switch_guid))
+        cabling_of[host] = key = tuple(pairs)
+        cablings[key] += 1
+    per_leaf: dict[int, Counter[str]] = defaultdict(Counter)
+    together: dict[tuple[str, int, str], Counter[int]] = defaultdict(Counter)
+    for cabling, hosts_alike in cablings.items():
+        for rail, leaf in cabling:
+            per_leaf[leaf][rail] += hosts_alike
+            for other, other_leaf in cabling:
                 if other != rail:
-                    assert b.switch_guid is not None
-                    together[(rail, a.switch_guid, other)][b.switch_guid] += 1
+                    together[(rail, leaf, other)][other_leaf] += hosts_alike
 
     carried_by = {leaf: unique_top(c) for leaf, c in per_leaf.items()}
     majority = {key: unique_top(c) for key, c in together.items()}
+
+    def fits(cabling: tuple[tuple[str, int], ...]) -> bool:
+        """No leaf carries another rail, and every rail is where its peers vote it."""
+        for rail, leaf in cabling:
+            carried = carried_by[leaf]
+            if carried is not None and carried != rail:
+                return False
+            for other, other_leaf in cabling:
+                if other != rail and majority[(rail, leaf, other)] != other_leaf:
+                    return False
+        return True
+
+    fitting = {cabling: fits(cabling) for cabling in cablings}
     problems: dict[tuple[str, str], str] = {}  # (host, rail) -> the first sentence found
     for host, places in multi.items():
+        if fitting[cabling_of[host]]:
+            continue
+        # A cabling its peers disagree with: say what is wrong, for this host.
         for rail, a in places.items():
             assert a.switch_guid is not None
             carried = carried_by[a.switch_guid]
