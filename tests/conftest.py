@@ -27,6 +27,7 @@ SLOW = (
     "tests/security/test_secrets_router.py",
     "tests/security/test_store_quotas.py",
     "tests/state/test_gitops.py",
+    "tests/state/test_router_follow_role.py",  # ansible-playbook against this machine: ~8 s of CPU
     "tests/views/test_downloads.py",
     "tests/views/test_logs.py",
     "tests/views/test_router_dashboard.py",
