@@ -21,6 +21,7 @@ SIGTERM stopped is started anew. The CLI's argument checks run in-process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -174,16 +175,14 @@ class Workers:
         return bool(status["ready"] == status["count"])
 
 
-def start_workers(state_path: Path, store_url: str, log: Path, workers: int = WORKERS,
-                  cpu: int | None = None) -> Workers:
-    """The router; `cpu`: all its processes on that one CPU (workers, then, take turns)."""
+def start_workers(state_path: Path, store_url: str, log: Path, workers: int = WORKERS) -> Workers:
+    """The router, serving once every worker is ready."""
     port, admin_port = free_port(), free_port()
     argv = [sys.executable, "-c", "from llmgw.cli import main; main()", "router", "serve",
             "--state", str(state_path), "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
             "--store", store_url, "--workers", str(workers), *FAST]
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=None if cpu is None else lambda: os.sched_setaffinity(0, {cpu}))
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     w = Workers(proc, port, admin_port, log)
 
     def up() -> bool:
@@ -194,8 +193,18 @@ def start_workers(state_path: Path, store_url: str, log: Path, workers: int = WO
         except httpx.HTTPError:
             return False
 
-    wait_until(up, 60, f"{workers} router workers serving")
+    wait_until(up, 120, f"{workers} router workers serving")  # a bound for a hang: three interpreters start
     return w
+
+
+def pin(w: Workers, cpu: int) -> None:
+    """Every thread of the router's processes onto one CPU (workers, then, take turns); a
+    worker the supervisor starts later inherits it. Pinned once started: three interpreters
+    starting on one CPU of a busy machine took over a minute."""
+    for pid in [w.proc.pid, *(x["pid"] for x in w.workers())]:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(task.name), {cpu})
 
 
 def stop(w: Workers) -> None:
@@ -295,8 +304,8 @@ class Shared:
     def router(self) -> Workers:
         if self.w is None or self.w.proc.poll() is not None:
             self.starts += 1
-            self.w = start_workers(self.state.path, self.store_url, self.tmp / f"router-{self.starts}.log",
-                                   cpu=min(os.sched_getaffinity(0)))
+            self.w = start_workers(self.state.path, self.store_url, self.tmp / f"router-{self.starts}.log")
+            pin(self.w, min(os.sched_getaffinity(0)))
         return self.w
 
 
