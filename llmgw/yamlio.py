@@ -220,7 +220,31 @@ def _build(events: list[Any], pyyaml: Any) -> Any:
     keys: list[Any] = []  # per open mapping: the key waiting for its value (_NOT_PLAIN: none)
     root: Any = _NOT_PLAIN
     documents = 0
+    # Plain scalars repeat (every key of every model, engine names, counts): type each
+    # distinct one once. The values are immutable, so sharing them is safe.
+    typed: dict[str, Any] = {}
     for ev in events:
+        if type(ev) is scalar and ev.anchor is None and stack:  # most events: a value or key
+            if ev.style:
+                value = ev.value
+            else:
+                value = typed.get(ev.value, _NOT_PLAIN)
+                if value is _NOT_PLAIN:
+                    value = typed[ev.value] = _scalar(ev)
+            top = stack[-1]
+            if isinstance(top, LinedMap):
+                if keys[-1] is _NOT_PLAIN:
+                    if value in top:
+                        raise _Fallback  # ruamel refuses duplicate keys, with its message
+                    keys[-1] = value
+                    top.key_lines[value] = ev.start_mark.line + 1
+                else:
+                    top[keys[-1]] = value
+                    keys[-1] = _NOT_PLAIN
+            else:
+                top.append(value)
+                top.item_lines.append(ev.start_mark.line + 1)
+            continue
         if isinstance(ev, skip):
             continue
         if isinstance(ev, pyyaml.DocumentStartEvent):
@@ -376,11 +400,26 @@ def _check_events(text: str, path: Path, *, plain: bool, events: Iterable[Any] |
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for
     first_tag = 0
     kinds_of: dict[type, frozenset[str]] = {}  # per event class: its class names, worked out once
+    scalar_class: type | None = None  # the plain scalar's class, once seen: most events
     for event in _yaml().parse(text) if events is None else events:
         cls = type(event)
+        if cls is scalar_class and event.anchor is None and getattr(event, "ctag", None) is None and (
+                getattr(event, "tag", None) in (None, "!")):
+            # The common case, as the general one below handles it: one value, no tag.
+            expanded += 1
+            if expanded > MAX_NODES:
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
+                raise YamlSyntaxError(path, line, f"expands to more than {MAX_NODES:,} values through "
+                                                  "its aliases (*name); write the values out or use fewer aliases")
+            if open_sizes:
+                parent, parent_anchor = open_sizes[-1]
+                open_sizes[-1] = (parent + 1, parent_anchor)
+            continue
         kinds = kinds_of.get(cls)
         if kinds is None:
             kinds = kinds_of[cls] = frozenset(c.__name__ for c in cls.__mro__)
+            if "ScalarEvent" in kinds:
+                scalar_class = cls
         line = event.start_mark.line + 1 if event.start_mark is not None else 0
         if "NodeEvent" in kinds and "AliasEvent" not in kinds:
             tag = getattr(event, "ctag", None) or getattr(event, "tag", None)

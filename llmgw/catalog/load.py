@@ -44,6 +44,11 @@ class Catalog:
     def __init__(self, entries: list[Located]) -> None:
         self.entries = sorted(entries, key=lambda e: e.model.name)
         self.models: dict[str, Model] = {e.model.name: e.model for e in self.entries}
+        # The first entry of each name, as a scan of `entries` finds it: `where` is asked
+        # once per model (servability, weights), so a scan made validation quadratic.
+        self._where: dict[str, Located] = {}
+        for e in self.entries:
+            self._where.setdefault(e.model.name, e)
         self._names: dict[str, str] = {}
         for m in self.models.values():
             self._names[m.name] = m.name
@@ -62,7 +67,8 @@ class Catalog:
         return self.models[canonical] if canonical else None
 
     def where(self, name: str) -> Located:
-        return next(e for e in self.entries if e.model.name == name)
+        """Where the model of that name was written; KeyError for a name not here."""
+        return self._where[name]
 
 
 def catalog_files(folder: Path) -> list[Path]:
@@ -125,17 +131,13 @@ def parse_file(path: Path, rel: str, text: str | None = None) -> tuple[list[Loca
         except ValidationError as exc:
             problems.extend(_pydantic_problems(exc, doc, rel, prefix=["models", i]))
             continue
-        keys = ["name", "fallbacks", *(f"aliases[{j}]" for j in range(len(model.aliases))),
-                *(f"fallbacks[{j}]" for j in range(len(model.fallbacks)))]
-        lines = {k: line_of(doc, ["models", i, *_loc(k)]) for k in keys}
+        lines = {"name": line_of(doc, ["models", i, "name"]),
+                 "fallbacks": line_of(doc, ["models", i, "fallbacks"])}
+        for field_name, values in (("aliases", model.aliases), ("fallbacks", model.fallbacks)):
+            for j in range(len(values)):
+                lines[f"{field_name}[{j}]"] = line_of(doc, ["models", i, field_name, j])
         located.append(Located(model, rel, line_of(doc, ["models", i]), i, lines))
     return located, problems
-
-
-def _loc(key: str) -> list[str | int]:
-    """"aliases[2]" -> ["aliases", 2]."""
-    m = re.fullmatch(r"([a-z_]+)\[(\d+)\]", key)
-    return [m.group(1), int(m.group(2))] if m else [key]
 
 
 def _read_bytes(path: Path) -> bytes:

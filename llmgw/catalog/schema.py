@@ -56,6 +56,8 @@ CAPABILITIES: tuple[str, ...] = ("chat", "stream", "completion", "embeddings", "
 # caches are reused (llmgw/router/balance.py). The state's copy is llmgw.state.Routing.
 Routing = Literal["least-load", "prefix-affinity"]
 
+_SCHEME = re.compile(r"^(hf|https?|file)://.+")
+_SPACE = re.compile(r"\s")
 _DURATION_RE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
@@ -167,7 +169,7 @@ class Model(BaseModel):
     @field_validator("source")
     @classmethod
     def _known_scheme(cls, v: str) -> str:
-        if not re.match(r"^(hf|https?|file)://.+", v) or re.search(r"\s", v):
+        if not _SCHEME.match(v) or _SPACE.search(v):
             raise ValueError(
                 f"{v!r} is not a source llmgw can fetch; use hf://org/repo/file, "
                 "https://host/path or file:///absolute/path (no spaces)")
