@@ -71,8 +71,11 @@ def router(tmp_path: Path) -> Iterator[int]:
     root = example_site(tmp_path)
     admin = free_port()
     llmgw = Path(sys.executable).with_name("llmgw")
+    # One process: the dashboard is the admin listener's, served alike by a lone router and by
+    # the supervisor of several workers, which would only add interpreters to start.
     proc = subprocess.Popen([str(llmgw), "-C", str(root), "router", "serve", "--listen", f"127.0.0.1:{free_port()}",
-                             "--admin-listen", f"127.0.0.1:{admin}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             "--admin-listen", f"127.0.0.1:{admin}", "--workers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while True:
