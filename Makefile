@@ -43,11 +43,12 @@ typecheck: venv
 # The tests that need no host set-up (no lab, engine build, PostgreSQL or browser), no root, and
 # none of the slow ones (they run Ansible or build packages; see tests/conftest.py). The goal is
 # under a minute on 2 cores; ~125 s of CPU today.
-# The tests that need no lab run on every core (pytest-xdist; WORKERS=1 for one process).
+# The tests that need no lab run on every core (pytest-xdist; WORKERS=1 for one process); tests
+# marked xdist_group(NAME) run in one worker, to share a module's or the session's fixtures.
 UNIT := not lab and not engine and not postgres and not browser and not root and not slow
 WORKERS ?= auto
 unit: venv
-	$(BIN)/pytest -q -n $(WORKERS) -m "$(UNIT)"
+	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup -m "$(UNIT)"
 
 # Lab tests marked `unproven` (vLLM on lab hosts, the demand
 # load ramp) have not yet been seen passing end to end here; they run on their own until they have.
@@ -55,7 +56,7 @@ unit: venv
 # process, one after another (an area may borrow the session's lab of three hosts, `shared_lab` in
 # tests/conftest.py, instead of starting its own: bench/check does).
 pytest: setup
-	$(BIN)/pytest -n $(WORKERS) -m "not unproven and not lab"; rest=$$?; \
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m "not unproven and not lab"; rest=$$?; \
 	$(BIN)/pytest -m "not unproven and lab"; lab=$$?; \
 	exit $$(( rest || lab ))
 

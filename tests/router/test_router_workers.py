@@ -47,6 +47,9 @@ from tests.support.net import free_port
 from tests.support.router import HTTP, StateFile, model, replica
 from tests.support.waiting import wait_until
 
+# The module's tests in one xdist worker (`make unit` runs --dist loadgroup), so they share one router.
+pytestmark = pytest.mark.xdist_group("router_workers")
+
 WORKERS = 2
 FAST = ["--setting", "health_interval=0.3", "--setting", "state_poll_interval=0.1",
         "--setting", "key_refresh_interval=0.3", "--setting", "usage_flush_interval=0.2"]

@@ -6,9 +6,14 @@ import hashlib
 from pathlib import Path
 
 import httpx
+import pytest
 from huggingface_hub import snapshot_download
 
 from tests.support.hf_mirror import HfMirror
+
+# Both tests in one xdist worker (`make unit` runs --dist loadgroup): each worker that runs one
+# starts its own mirror (the fixture is per session, and each worker is a session).
+pytestmark = pytest.mark.xdist_group("hf_mirror")
 
 
 def _digest(path: Path) -> str:
