@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from llmgw import collector
 from llmgw.catalog import load_catalog
 from llmgw.fabric import FabricIndex as RealFabricIndex
 from llmgw.fabric import fabrics_from_facts
@@ -83,6 +84,11 @@ def _read_state(site: Site) -> State:
 def load_inputs(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> PlanInputs:
     """The plan's inputs; parsed facts and fabric maps of large fleets come from the memo
     (`llmgw.facts.memo`) when their files did not change: the plan is the same either way."""
+    with collector.paused():  # thousands of facts records, no cycles (llmgw.collector)
+        return _load_inputs(site, memo_min=memo_min)
+
+
+def _load_inputs(site: Site, *, memo_min: int) -> PlanInputs:
     # Whole Hugging Face repositories reach the planner pinned to the commit validate resolved.
     catalog, unpinned = pin_catalog(load_catalog(site.catalog_dir, root=site.root), site)
     inventory = load_inventory(site.inventory)

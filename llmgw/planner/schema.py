@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from llmgw import collector
 from llmgw.errors import PlanError
 from llmgw.planner.spec import replica_number
 from llmgw.state import ModelRecord, Replica, Shard, State
@@ -144,7 +145,8 @@ class Plan(_Model):
         return bool(self.actions)
 
     def to_json(self) -> str:
-        return json_text(self.model_dump(mode="json"))
+        with collector.paused():  # a plan of 10,000 replicas is ~1M small objects
+            return json_text(self.model_dump(mode="json"))
 
     def applied(self, state: State) -> State:
         """The state this plan leaves once applied in full (apply writes it step by step)."""
