@@ -9,7 +9,7 @@ a `min: 0` model with short timings.
    activation run.
 2. Traffic through router 2 alone keeps the replica past its idle_timeout (router 1 reports
    it idle the whole time); with no traffic on either router it is stopped.
-3. A load ramp through both routers takes tiny from one replica to max (3), and after the
+3. A load ramp through both routers takes tiny from one replica to max (2), and after the
    load stops back down to min (0), with zero failed requests.
 """
 
@@ -43,12 +43,20 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 IDLE = 25  # seconds: tiny's idle_timeout in this test's catalog
+# activation_timeout (10m) is how long a router holds a first request: at a load of 20-29 on
+# 2 cores one activation took 5 min 9 s, and a bound of 4m answered the ramp's first
+# requests 503 (as it should: the bound passed). Clients wait as long (below).
+# tiny's scaling.max. Two, not more: every scale action is an apply (an engine started or
+# drained, the state delivered to both routers), minutes each on a loaded 2-core machine; a
+# max of 2 shows each kind once (activate, scale up on load, scale down by draining, stop
+# when idle), and the one-at-a-time cooldowns are the unit tests' (tests/controller).
+MAX = 2
 CATALOG = f"""\
 models:
   - name: tiny
     source: file:///srv/models/tiny.gguf
-    scaling: {{min: 0, max: 3, idle_timeout: {IDLE}s, target_in_flight: 2, up_cooldown: 5s,
-               down_cooldown: 10s, activation_timeout: 4m}}
+    scaling: {{min: 0, max: {MAX}, idle_timeout: {IDLE}s, target_in_flight: 2, up_cooldown: 5s,
+               down_cooldown: 10s, activation_timeout: 10m}}
     profiles:
       - name: cpu
         engine: llamacpp
@@ -68,7 +76,7 @@ class Demand:
         # Each lab router keeps its keys in its own SQLite store: a key made on each.
         self.keys = [router_key(lab_, h) for h in sorted(inv.routers)]
 
-    def client(self, router: int, timeout: float = 300) -> openai.OpenAI:
+    def client(self, router: int, timeout: float = 600) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.urls[router], api_key=self.keys[router], max_retries=0, timeout=timeout)
 
     def runs(self, kind: str) -> list[Any]:
@@ -213,8 +221,12 @@ class Load(threading.Thread):
 
 # Unproven: its first runs here reached 3 ready replicas, but the scaler's view said 2 for
 # over 60 s (it counted at its last tick, and a tick is blocked for a whole apply; fixed: the
-# view reads the state). The two runs after the fix, at a load of 25-35 on 2 cores, timed out
-# at 600 s waiting for the third replica: each scale-up's apply took over 5 minutes there.
+# view reads the state). Later runs, at a load of 20-35 on 2 cores, timed out waiting for max:
+# each demand run's apply ran the whole router role on both routers (6 min 9 s of a 7.5 min
+# activation; fixed: demand runs deliver the state alone, 1-1.5 min). The last run (max 2,
+# load 20-29) scaled 0 -> 1 -> 2 in 10 min (5 min 9 s and 4 min 49 s, the engine's start
+# ~3 min 45 s of each), but the activation outlasted the 4m activation_timeout, so the held
+# first requests were answered 503 (now 10m); the way back down was not reached.
 @pytest.mark.unproven
 def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(demand: Demand) -> None:
     d = demand
@@ -223,34 +235,36 @@ def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(dema
     workers: list[Load] = []
     peak = 0
     try:
-        for n in range(8):  # ramp up: a client more every few seconds, through both routers
+        for n in range(6):  # ramp up: six clients through both routers, at a target of 2 per replica
             w = Load(d.client(n % 2), stop, failures)
             w.start()
             workers.append(w)
             if n == 0:
                 wait_until(lambda: len(d.replicas()) == 1, 300, "the first replica")
-        wait_until(lambda: len([r for r in d.ctl.backend.read().replicas if r.state == "ready"]) == 3, 600,
-                   "tiny to scale to its max of 3")
+        # A bound for the activation and scale-up runs (each starts an engine and delivers the
+        # state to both routers), not a speed check: on a loaded 2-core machine each took minutes.
+        wait_until(lambda: len([r for r in d.ctl.backend.read().replicas if r.state == "ready"]) == MAX, 900,
+                   f"tiny to scale to its max of {MAX}")
         peak = len(d.replicas())
         ups = d.runs("scale-up")
-        assert len(ups) >= 2 and all("target 2 per replica" in r.summary for r in ups)
+        assert len(ups) >= MAX - 1 and all("target 2 per replica" in r.summary for r in ups)
         # The scaler's view counts the state's replicas at once, although the run that made the
-        # third one is still delivering the state to the routers (which once took over 60 s here).
-        assert d.ctl.scaler.view()["models"]["tiny"]["current"] == 3
+        # last one is still delivering the state to the routers (which once took over 60 s here).
+        assert d.ctl.scaler.view()["models"]["tiny"]["current"] == MAX
         assert d.ctl.scaler.view()["models"]["tiny"]["last_decision"]
     finally:
         stop.set()
         for w in workers:
             w.join(120)
     assert failures == [] and sum(w.ok for w in workers) > 0, failures[:5]
-    assert peak == 3
+    assert peak == MAX
     # The load stopped: down to one by draining, then to min (0) once idle on both routers.
-    wait_until(lambda: d.replicas() == [], 600, "tiny to go back to min 0")
+    wait_until(lambda: d.replicas() == [], 900, "tiny to go back to min 0")
     # The state is written before the last run is marked applied: wait for the mark.
     wait_until(lambda: all(r.status == "applied" for r in d.runs("scale-down") + d.runs("stop-idle")), 120,
                "every scale-down run to be marked applied")
     downs = d.runs("scale-down") + d.runs("stop-idle")
-    assert len(downs) >= 3, [r.summary for r in downs]
+    assert len(downs) >= MAX, [r.summary for r in downs]  # MAX - 1 drained on load, the last when idle
     assert all(not us for us in d.lab.active_units().values())
 
 
