@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Prefix-affinity against least-load: time to first token and throughput on shared prefixes.
 
-    .venv/bin/python bench/prefix/run.py [--prefixes 10] [--prefix-words 400] [--sessions 60]
-                                         [--turns 3] [--clients 6] [--max-tokens 16] [--slots 4]
+    .venv/bin/python bench/prefix/run.py [--prefixes 18] [--prefix-words 400] [--sessions 72]
+                                         [--turns 3] [--clients 3] [--max-tokens 16] [--slots 8]
                                          [--rounds 2] [--site DIR] [--json]
 
 On the lab (a throwaway one of three hosts, brought up and torn down here, unless
@@ -12,11 +12,12 @@ tokens of prefix take about a second to prefill on one of these cores, a cached 
 under a fifth of that) serve model `prefix-bench` through the real router. Each
 llama-server keeps the prompts of its `--slots` slots and nothing more (`--cache-ram 0`):
 an engine whose cache holds fewer prefixes than the traffic has, so where a request lands
-matters. The defaults size that: 10 prefixes over 3 replicas of 4 slots, so under
-least-load a replica sees all 10 and can keep 4, while prefix-affinity gives each about
-a third of them, with room for a hot prefix spilled to a second replica; and 4 slots
-exceed the most requests the load bound lets a replica hold with 6 clients (3), so a
-request never waits in the engine for a slot (with 2 slots it did: README).
+matters. The defaults size that: 18 prefixes over 3 replicas of 8 slots, so under
+least-load every replica sees all 18 and can keep 8, while prefix-affinity's ring gives
+each about a third of them (the bench prints how many: consistent hashing over a few keys
+is uneven, e.g. 4/6/8), which its 8 slots hold; and 8 slots exceed the requests a
+replica holds with 3 clients, so a request never waits in the engine for a slot (with 2
+slots, in an early run, it did).
 
 One run measures both policies side by side: two catalog models of the same weights and
 engine settings, `prefix-bench-ll` (`routing: least-load`) and `prefix-bench-pa`
@@ -24,8 +25,10 @@ engine settings, `prefix-bench-ll` (`routing: least-load`) and `prefix-bench-pa`
 one apply; then a phase on each in turn (`--rounds 2` runs them ABBA, so a change in the
 machine's load falls on both), the idle model's engines idle meanwhile. A phase is
 `--sessions` conversations over `--prefixes` long system prompts (sessions spread evenly
-over them), `--turns` turns each (a turn appends the answer and a new question), run by
-`--clients` threads with the OpenAI SDK, streamed. Both policies get the same requests in
+over them), `--turns` turns each (a turn appends the answer and a new question), the
+turns of all sessions interleaved at random (many users at once, not one conversation
+after another: `schedule`), sent by `--clients` threads with the OpenAI SDK, streamed.
+Both policies get the same requests in
 the same order: a round's prompts and questions come from its seed alone (new prompts
 each round, so no round starts on another's cache; the two models' engines are separate
 processes, so neither starts on the other's). It prints per policy the requests, failures, the share
@@ -39,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import queue
 import random
 import shutil
 import subprocess
@@ -59,6 +61,7 @@ import openai  # noqa: E402
 from bench.prefix.model import make as make_model  # noqa: E402
 from llmgw.apply import hosts_for  # noqa: E402
 from llmgw.errors import LlmgwError  # noqa: E402
+from llmgw.router.balance import Ring, prefix_key  # noqa: E402
 from llmgw.site import Site  # noqa: E402
 from llmgw.state import read_state  # noqa: E402
 from tests.support.lab import VENV_BIN, Lab, lab  # noqa: E402
@@ -114,66 +117,88 @@ def words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def session(api: openai.OpenAI, policy: str, system: str, sid: int, turns: int, max_tokens: int,
-            rng: random.Random) -> list[Request]:
-    messages: list[dict[str, str]] = [{"role": "system", "content": system}]
-    out: list[Request] = []
-    for t in range(turns):
-        messages.append({"role": "user", "content": f"session {sid} turn {t}: {words(rng, 12)}"})
-        t0 = time.monotonic()
-        ttft: float | None = None
-        text: list[str] = []
-        prompt = cached = 0
-        error: str | None = None
-        try:
-            for chunk in api.chat.completions.create(model=MODELS[policy], messages=messages,  # type: ignore[arg-type]
-                                                     max_tokens=max_tokens, stream=True,
-                                                     stream_options={"include_usage": True}):
-                if chunk.choices and chunk.choices[0].delta.content:
-                    if ttft is None:
-                        ttft = time.monotonic() - t0
-                    text.append(chunk.choices[0].delta.content)
-                if chunk.usage is not None:
-                    prompt = chunk.usage.prompt_tokens
-                    details = chunk.usage.prompt_tokens_details
-                    cached = (details.cached_tokens or 0) if details is not None else 0
-            if ttft is None:
-                error = "the stream carried no content"
-        except Exception as exc:  # every failure counts, whatever it is
-            error = f"{type(exc).__name__}: {exc}"
-        out.append(Request(policy, t, ttft, time.monotonic() - t0, prompt, cached, error))
-        if error:
-            break
+def turn(api: openai.OpenAI, policy: str, messages: list[dict[str, str]], n: int, max_tokens: int) -> Request:
+    """One streamed request of a conversation; its answer is appended to `messages` when it succeeds."""
+    t0 = time.monotonic()
+    ttft: float | None = None
+    text: list[str] = []
+    prompt = cached = 0
+    error: str | None = None
+    try:
+        for chunk in api.chat.completions.create(model=MODELS[policy], messages=messages,  # type: ignore[call-overload]
+                                                 max_tokens=max_tokens, stream=True,
+                                                 stream_options={"include_usage": True}):
+            if chunk.choices and chunk.choices[0].delta.content:
+                if ttft is None:
+                    ttft = time.monotonic() - t0
+                text.append(chunk.choices[0].delta.content)
+            if chunk.usage is not None:
+                prompt = chunk.usage.prompt_tokens
+                details = chunk.usage.prompt_tokens_details
+                cached = (details.cached_tokens or 0) if details is not None else 0
+        if ttft is None:
+            error = "the stream carried no content"
+    except Exception as exc:  # every failure counts, whatever it is
+        error = f"{type(exc).__name__}: {exc}"
+    if error is None:
         messages.append({"role": "assistant", "content": "".join(text)})
-    return out
+    return Request(policy, n, ttft, time.monotonic() - t0, prompt, cached, error)
+
+
+def schedule(rng: random.Random, sessions: int, turns: int) -> list[int]:
+    """The order of the phase's requests, by session: every session's turns, in a random interleaving.
+
+    Many users at once: the request after one turn of a conversation is usually another
+    conversation's, over another system prompt, as the traffic of many sessions reaches a
+    gateway. (Each client running one conversation to its end made least-load sticky: with
+    every client's next request sent to the replica it had just left, the only one with a
+    request fewer in flight, least-load kept each conversation on one replica, which no
+    router can count on when users think between turns.)"""
+    order = [sid for sid in range(sessions) for _ in range(turns)]
+    rng.shuffle(order)  # a session's k-th place in the list is its turn k
+    return order
 
 
 def run_phase(base_url: str, key: str, policy: str, seed: int, args: argparse.Namespace) -> Phase:
-    """One policy's phase; the same `seed` gives the same prompts, questions and order."""
+    """One policy's phase; the same `seed` gives the same prompts, questions and order of requests."""
     rng = random.Random(seed)
     systems = [f"You are assistant {seed}-{k}. " + words(rng, args.prefix_words) for k in range(args.prefixes)]
-    todo: queue.Queue[tuple[int, str]] = queue.Queue()
-    order = [(s, systems[s % args.prefixes]) for s in range(args.sessions)]
-    rng.shuffle(order)
-    for item in order:
-        todo.put(item)
+    prompts = [systems[s % args.prefixes] for s in range(args.sessions)]
+    rng.shuffle(prompts)  # sessions over one prompt are spread over the phase
+    conversations: list[list[dict[str, str]]] = [[{"role": "system", "content": p}] for p in prompts]
+    # A session's questions come from the seed and the session, not from whichever client sends them.
+    questions = [random.Random(seed * 100_003 + s) for s in range(args.sessions)]
+    order = schedule(rng, args.sessions, args.turns)
     phase = Phase(policy)
-    lock = threading.Lock()
+    cond = threading.Condition()
+    nxt = [0]
+    busy: set[int] = set()  # sessions with a turn in flight: the next turn waits for its answer
+    failed: set[int] = set()  # sessions with a failed turn: their later turns are not sent
 
     def client(n: int) -> None:
         api = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=600)
         try:
             while True:
-                try:
-                    sid, system = todo.get_nowait()
-                except queue.Empty:
-                    return
-                # A session's questions depend on the seed and the session, not on which
-                # client thread happened to take it.
-                rows = session(api, policy, system, sid, args.turns, args.max_tokens,
-                               random.Random(seed * 100_003 + sid))
-                with lock:
-                    phase.done.extend(rows)
+                with cond:
+                    if nxt[0] >= len(order):
+                        return
+                    sid = order[nxt[0]]
+                    nxt[0] += 1
+                    cond.wait_for(lambda s=sid: s not in busy)  # type: ignore[misc]
+                    if sid in failed:
+                        continue
+                    busy.add(sid)
+                    messages = conversations[sid]
+                    n_turn = sum(1 for m in messages if m["role"] == "user")
+                    messages.append({"role": "user",
+                                     "content": f"session {sid} turn {n_turn}: {words(questions[sid], 12)}"})
+                row = turn(api, policy, messages, n_turn, args.max_tokens)
+                with cond:
+                    phase.done.append(row)
+                    if row.error:
+                        failed.add(sid)
+                    busy.discard(sid)
+                    cond.notify_all()
         finally:
             api.close()
 
@@ -185,6 +210,19 @@ def run_phase(base_url: str, key: str, policy: str, seed: int, args: argparse.Na
         t.join(3600)
     phase.elapsed = time.monotonic() - t0
     return phase
+
+
+def spread(state_replicas: list[str], seed: int, args: argparse.Namespace) -> list[int]:
+    """Prefixes per prefix-affinity replica as the router's ring places them (first choice, no load)."""
+    rng = random.Random(seed)
+    systems = [f"You are assistant {seed}-{k}. " + words(rng, args.prefix_words) for k in range(args.prefixes)]
+    ring = Ring(state_replicas)
+    counts = dict.fromkeys(state_replicas, 0)
+    for system in systems:
+        k = prefix_key("POST /v1/chat/completions", {"messages": [{"role": "system", "content": system}]})
+        if k is not None:
+            counts[ring.order(k)[0]] += 1
+    return sorted(counts.values())
 
 
 def llmgw(site: Path, *args: str) -> None:
@@ -261,9 +299,11 @@ def bench(site: Path, args: argparse.Namespace, own: bool) -> dict[str, Any]:
         s = summary([phase])
         print(f"bench: phase {i + 1}/{len(plan)} {policy}: {s['requests']} requests in {s['elapsed_s']} s, "
               f"TTFT p50 {s['ttft_p50_ms']} ms, cached {s['cached_share']}", flush=True)
+    pa_ids = sorted(r.id for r in state.replicas if r.model == MODELS["prefix-affinity"])
     out: dict[str, Any] = {"replicas_on": hosts, "prefixes": args.prefixes, "prefix_words": args.prefix_words,
                            "sessions": args.sessions, "turns": args.turns, "clients": args.clients,
-                           "slots": args.slots, "rounds": args.rounds}
+                           "slots": args.slots, "rounds": args.rounds,
+                           "ring_spread": [spread(pa_ids, r + 1, args) for r in range(args.rounds)]}
     for policy, ps in phases.items():
         out[policy] = summary(ps)
     ll, pa = out["least-load"], out["prefix-affinity"]
@@ -281,7 +321,9 @@ def bench(site: Path, args: argparse.Namespace, own: bool) -> dict[str, Any]:
 def report(res: dict[str, Any]) -> None:
     print(f"\n{res['sessions']} sessions x {res['turns']} turns over {res['prefixes']} system prompts of "
           f"{res['prefix_words']} words, {res['clients']} clients, 3 replicas x {res['slots']} slots "
-          f"(on {', '.join(res['replicas_on'])}), {res['rounds']} round(s)")
+          f"(on {', '.join(res['replicas_on'])}), {res['rounds']} round(s); sessions' turns interleaved")
+    print("prefixes per prefix-affinity replica on the ring, by round: "
+          + "; ".join("/".join(map(str, s)) for s in res["ring_spread"]))
     print(f"{'':16} {'requests':>9} {'failures':>9} {'cached':>7} {'TTFT p50':>10} {'TTFT p90':>10} {'req/s':>7}")
     for name in ("least-load", "prefix-affinity"):
         r = res[name]
@@ -297,13 +339,13 @@ def report(res: dict[str, Any]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prefixes", type=int, default=10, help="distinct long system prompts per phase")
+    ap.add_argument("--prefixes", type=int, default=18, help="distinct long system prompts per phase")
     ap.add_argument("--prefix-words", type=int, default=400, help="words per system prompt (~2.8 tokens each)")
-    ap.add_argument("--sessions", type=int, default=60, help="conversations per phase")
+    ap.add_argument("--sessions", type=int, default=72, help="conversations per phase")
     ap.add_argument("--turns", type=int, default=3, help="requests per conversation")
-    ap.add_argument("--clients", type=int, default=6, help="conversations at once")
+    ap.add_argument("--clients", type=int, default=3, help="requests at once")
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--slots", type=int, default=4, help="llama-server --parallel: prompts each replica keeps")
+    ap.add_argument("--slots", type=int, default=8, help="llama-server --parallel: prompts each replica keeps")
     ap.add_argument("--ctx", type=int, help="llama-server --ctx-size, split between the slots (default: 3,072 "
                     "per slot)")
     ap.add_argument("--rounds", type=int, default=2, help="phases per policy (2: ABBA order)")
