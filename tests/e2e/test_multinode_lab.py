@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 
@@ -25,6 +24,7 @@ from llmgw.apply import hosts_for
 from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from tests.support.lab import VENV_BIN, Lab, lab
+from tests.support.traffic import Hammer
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -56,27 +56,6 @@ def the_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         write_catalog(it, 2048)
         it.ok("facts")
         yield it
-
-
-class Hammer(threading.Thread):
-    """Sends chat completions one after another until stopped; counts what failed."""
-
-    def __init__(self, api: openai.OpenAI) -> None:
-        super().__init__(daemon=True)
-        self.api = api
-        self.ok = 0
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                r = self.api.chat.completions.create(model="pair", max_tokens=4,
-                                                     messages=[{"role": "user", "content": "hello"}])
-                assert r.choices[0].message.content is not None
-                self.ok += 1
-            except Exception as exc:  # every failure counts, whatever it is
-                self.failures.append(f"{type(exc).__name__}: {exc}")
 
 
 def unit_on(the_lab: Lab, node: str, unit: str, command: str) -> str:
@@ -125,7 +104,7 @@ def test_two_host_replica_serves_and_is_replaced_without_a_failed_request(the_la
 
     # A changed profile replaces the pair as one, while a client sends without pause.
     write_catalog(the_lab, 1024)
-    hammer = Hammer(api)
+    hammer = Hammer(api, "pair")
     hammer.start()
     try:
         while hammer.ok < 3 and not hammer.failures:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from llmgw.site import Site
 from llmgw.state import WriteMeta, backend_for
 from tests.support.cli import run_cli
 from tests.support.lab import Lab, lab
+from tests.support.traffic import Hammer
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.postgres]
 
@@ -99,26 +99,6 @@ def test_a_second_checkout_refuses_foreign_units_then_shares_the_state(site_a: L
     controller_follows_the_repository(a, tmp_path)
 
 
-class Hammer(threading.Thread):
-    """Chat completions one after another until stopped; every failure is kept."""
-
-    def __init__(self, api: openai.OpenAI) -> None:
-        super().__init__(daemon=True)
-        self.api = api
-        self.ok = 0
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.api.chat.completions.create(model="tiny", max_tokens=2,
-                                                 messages=[{"role": "user", "content": "hi"}])
-                self.ok += 1
-            except Exception as exc:  # every failure counts, whatever it is
-                self.failures.append(f"{type(exc).__name__}: {exc}")
-
-
 def controller_follows_the_repository(a: Lab, tmp_path: Path) -> None:
     (a.site / ".gitignore").write_text(".lab/\n.llmgw/\nstate.json*\n*.sqlite\n*.secret\n")
     git(a.site, "init", "-q", "-b", "main")
@@ -129,7 +109,7 @@ def controller_follows_the_repository(a: Lab, tmp_path: Path) -> None:
     (work / ".lab").symlink_to(a.site / ".lab")  # the lab's SSH key and engine artifacts
     ctl = Controller(work, say=lambda _line: None)
     key = hosts_for(Site.load(a.site)).create_key("controller-lab")["key"]
-    hammer = Hammer(openai.OpenAI(base_url=a.router_url + "/v1", api_key=key, max_retries=0, timeout=30))
+    hammer = Hammer(openai.OpenAI(base_url=a.router_url + "/v1", api_key=key, max_retries=0, timeout=30), "tiny")
     try:
         ctl.tick()
         assert ctl.runs.all()[0].status == "no-changes", ctl.runs.all()[0].summary
