@@ -50,7 +50,7 @@ WORKERS ?= auto
 unit: venv
 	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup -m "$(UNIT)"
 
-# Lab tests marked `unproven` (the demand lab test's
+# Lab tests marked `unproven` (vLLM on lab hosts, the demand lab test's
 # load ramp) have not yet been seen passing end to end here; they run on their own until they have.
 # Two runs, both always: the tests that need no lab on every core, then the lab tests in one
 # process, one after another (an area may borrow the session's lab of three hosts, `shared_lab` in
