@@ -232,18 +232,13 @@ def _build(events: list[Any], pyyaml: Any) -> Any:
                 if value is _NOT_PLAIN:
                     value = typed[ev.value] = _scalar(ev)
             top = stack[-1]
-            if isinstance(top, LinedMap):
-                if keys[-1] is _NOT_PLAIN:
-                    if value in top:
-                        raise _Fallback  # ruamel refuses duplicate keys, with its message
-                    keys[-1] = value
-                    top.key_lines[value] = ev.start_mark.line + 1
-                else:
-                    top[keys[-1]] = value
-                    keys[-1] = _NOT_PLAIN
+            if isinstance(top, LinedMap) and keys[-1] is _NOT_PLAIN:
+                if value in top:
+                    raise _Fallback  # ruamel refuses duplicate keys, with its message
+                keys[-1] = value
+                top.key_lines[value] = ev.start_mark.line + 1
             else:
-                top.append(value)
-                top.item_lines.append(ev.start_mark.line + 1)
+                _place(top, keys, value, ev)
             continue
         if isinstance(ev, skip):
             continue
@@ -261,19 +256,8 @@ def _build(events: list[Any], pyyaml: Any) -> Any:
         if getattr(ev, "anchor", None) is not None or isinstance(ev, pyyaml.AliasEvent):
             raise _Fallback
         line = ev.start_mark.line + 1
-        if isinstance(ev, scalar):
-            value = _scalar(ev)
-            if not stack:
-                root = value
-                continue
-            top = stack[-1]
-            if isinstance(top, LinedMap) and keys[-1] is _NOT_PLAIN:
-                if value in top:
-                    raise _Fallback  # ruamel refuses duplicate keys, with its message
-                keys[-1] = value
-                top.key_lines[value] = line
-                continue
-            _place(top, keys, value, ev)
+        if isinstance(ev, scalar):  # a whole document of one value: every other one is above
+            root = _scalar(ev)
             continue
         out: LinedMap | LinedSeq
         if isinstance(ev, map_start):
@@ -405,12 +389,10 @@ def _check_events(text: str, path: Path, *, plain: bool, events: Iterable[Any] |
         cls = type(event)
         if cls is scalar_class and event.anchor is None and getattr(event, "ctag", None) is None and (
                 getattr(event, "tag", None) in (None, "!")):
-            # The common case, as the general one below handles it: one value, no tag.
+            # The common case, counted as the general one below counts it: one value, no tag.
             expanded += 1
             if expanded > MAX_NODES:
-                line = event.start_mark.line + 1 if event.start_mark is not None else 0
-                raise YamlSyntaxError(path, line, f"expands to more than {MAX_NODES:,} values through "
-                                                  "its aliases (*name); write the values out or use fewer aliases")
+                raise _too_many(path, event)
             if open_sizes:
                 parent, parent_anchor = open_sizes[-1]
                 open_sizes[-1] = (parent + 1, parent_anchor)
@@ -456,12 +438,17 @@ def _check_events(text: str, path: Path, *, plain: bool, events: Iterable[Any] |
             continue
         expanded += size
         if expanded > MAX_NODES:
-            raise YamlSyntaxError(path, line, f"expands to more than {MAX_NODES:,} values through its aliases "
-                                              "(*name); write the values out or use fewer aliases")
+            raise _too_many(path, event)
         if open_sizes:
             parent, parent_anchor = open_sizes[-1]
             open_sizes[-1] = (parent + size, parent_anchor)
     return first_tag
+
+
+def _too_many(path: Path, event: Any) -> YamlSyntaxError:
+    line = event.start_mark.line + 1 if event.start_mark is not None else 0
+    return YamlSyntaxError(path, line, f"expands to more than {MAX_NODES:,} values through its aliases "
+                                       "(*name); write the values out or use fewer aliases")
 
 
 def dumps_yaml(data: Any) -> str:
