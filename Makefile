@@ -54,10 +54,11 @@ unit: venv
 # load ramp) have not yet been seen passing end to end here; they run on their own until they have.
 # Two runs, both always: the tests that need no lab on every core, then the lab tests in one
 # process, one after another (an area may borrow the session's lab of three hosts, `shared_lab` in
-# tests/conftest.py, instead of starting its own: bench/check does).
+# tests/conftest.py, instead of starting its own: bench/check does). The lab run prints each lab
+# test's time over 30 s (setup included), so CI's log says where the suite's minutes go.
 pytest: setup
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m "not unproven and not lab"; rest=$$?; \
-	$(BIN)/pytest -m "not unproven and lab"; lab=$$?; \
+	$(BIN)/pytest --durations=0 --durations-min=30 -m "not unproven and lab"; lab=$$?; \
 	exit $$(( rest || lab ))
 
 test-unproven: setup
