@@ -527,17 +527,26 @@ def json_text(data: Any) -> str:
     import pydantic_core
 
     plain = [True]
+    # A plan repeats a few shapes of object thousands of times: each shape's key order is
+    # worked out once. Scalars are placed without a call (most values are scalars).
+    orders: dict[tuple[Any, ...], list[str] | None] = {}
+    scalar = frozenset((str, int, bool, type(None)))
 
     def sort(value: Any) -> Any:
         kind = type(value)
         if kind is dict:
-            if not all(type(k) is str for k in value):
-                plain[0] = False  # json.dumps turns other keys into strings its own way
+            keys = tuple(value)
+            order = orders.get(keys, ())
+            if order == ():
+                # json.dumps turns other keys than strings into strings its own way
+                order = orders[keys] = sorted(keys) if all(type(k) is str for k in keys) else None
+            if order is None:
+                plain[0] = False
                 return value
-            return {k: sort(value[k]) for k in sorted(value)}
+            return {k: v if type(v) in scalar else sort(v) for k in order for v in (value[k],)}
         if kind is list or kind is tuple:
-            return [sort(v) for v in value]
-        if kind is str or kind is int or kind is bool or value is None:
+            return [v if type(v) in scalar else sort(v) for v in value]
+        if kind in scalar:
             return value
         plain[0] = False  # floats, subclasses, anything json.dumps judges itself
         return value

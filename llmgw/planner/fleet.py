@@ -283,6 +283,12 @@ class Fleet:
         self.spreads: dict[tuple[StaticKey, str, tuple[str, ...]], SpreadIndex] = {}
         self._leaf_sets: dict[int, frozenset[str]] = {}
 
+    def release(self) -> None:
+        """Drop the spread indexes once the plan is made: each refers back to the fleet, and that
+        cycle left the whole fleet (every node view, ~250,000 objects at 4,096 hosts) to the cyclic
+        collector, a 0.6 s pass at the end of `llmgw plan`; without it reference counting frees them."""
+        self.spreads.clear()
+
     def leaf_set(self, node: NodeView) -> frozenset[str]:
         """Every leaf switch the node's adapters hang off, on any fabric."""
         found = self._leaf_sets.get(node.ordinal)

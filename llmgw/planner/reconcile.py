@@ -425,7 +425,9 @@ class _Planner:
                 self._reject(model, found, schema.NotMoved(replica=x.old.id, code=x.code,
                                                     reason=f"{x.reason}; it stays until a replacement fits"))
         self._place_new(live, failed)
-        return self._finish()
+        plan = self._finish()
+        self.fleet.release()
+        return plan
 
     def _place_new(self, live: dict[str, int], failed: set[str]) -> None:
         """New replicas in rounds (every model's first, then every model's second...), biggest first.
