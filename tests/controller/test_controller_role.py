@@ -4,13 +4,11 @@ and the unit accepted by `systemd-analyze verify`."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.ansible import REPO, playbook
+
 ROLE = REPO / "roles" / "llmgw_controller"
 
 PLAYBOOK = """\
@@ -29,12 +27,7 @@ PLAYBOOK = """\
 def render(tmp_path: Path, extra: dict[str, object]) -> tuple[str, str]:
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK.format(defaults=ROLE / "defaults" / "main.yml", role=ROLE, out=tmp_path))
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0",
-           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0"}
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
-                           "-e", json.dumps({"ansible_python_interpreter": sys.executable, **extra})],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    playbook(play, extra)
     return (tmp_path / "llmgw-controller.service").read_text(), (tmp_path / "controller.env").read_text()
 
 
@@ -90,14 +83,9 @@ def test_a_router_pointed_at_the_controller_asks_it_and_never_shows_the_token(tm
     (tmp_path / "out").mkdir()
     play = tmp_path / "play.yml"
     play.write_text(ROUTER_PLAY.format(defaults=ROUTER / "defaults" / "main.yml", role=ROUTER, out=tmp_path / "out"))
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0"}
     token = "llmgw-routers-" + "c" * 64
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
-                           "-e", json.dumps({"ansible_python_interpreter": sys.executable,
-                                             "llmgw_router_controller_url": "http://10.0.0.5:8096",
-                                             "llmgw_router_controller_token": token})],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = playbook(play, {"llmgw_router_controller_url": "http://10.0.0.5:8096",
+                           "llmgw_router_controller_token": token})
     unit = (tmp_path / "out" / "router.service").read_text()
     secrets = (tmp_path / "out" / "router.env").read_text()
     assert '"--activator" "llmgw.router.activator:factory"' in unit

@@ -15,15 +15,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from llmgw.state import State, open_backend
 from llmgw.yamlio import atomic_write
+from tests.support.ansible import REPO, playbook
 from tests.support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "llmgw_router"
 
 DECIDE = """\
@@ -69,22 +68,12 @@ RENDER = """\
 """
 
 
-def playbook(play: Path, extra: dict[str, Any]) -> str:
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0",
-           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0", "ANSIBLE_ROLES_PATH": str(REPO / "roles")}
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
-                           "-e", json.dumps({"ansible_python_interpreter": sys.executable, **extra})],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
-
-
 def test_the_role_follows_only_a_postgresql_state_and_refuses_a_password_in_its_url(tmp_path: Path) -> None:
     wheelhouse = tmp_path / "wheelhouse.tar"
     wheelhouse.write_bytes(b"not read here")
     play, out = tmp_path / "decide.yml", tmp_path / "decided.json"
     play.write_text(DECIDE.format(wheelhouse=wheelhouse, out=out))
-    shown = playbook(play, {})
+    shown = playbook(play).stdout
     decided = json.loads(out.read_text())
     assert decided["file_state"] is False  # a file state: apply passes no URL, nothing to follow
     assert decided["not_asked"] is False
