@@ -242,7 +242,8 @@ def load_catalog(folder: Path, *, root: Path | None = None,
             located, probs = parse_file(path, rel, override.get(path))
             entries.extend(located)
             problems.extend(probs)
-    problems.extend(cross_check(entries))
-    if problems:
-        raise CatalogError(problems)
-    return Catalog(entries)
+        # Inside the pause too: the collector's passes over the parsed models landed here (a tenth).
+        problems.extend(cross_check(entries))
+        if problems:
+            raise CatalogError(problems)
+        return Catalog(entries)

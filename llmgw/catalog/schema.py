@@ -173,6 +173,12 @@ class Model(BaseModel):
             raise ValueError(
                 f"{v!r} is not a source llmgw can fetch; use hf://org/repo/file, "
                 "https://host/path or file:///absolute/path (no spaces)")
+        if v.startswith("hf://") and v.isascii():
+            # Most sources: urlsplit finds nothing to refuse in an ASCII hf:// location without
+            # a port or an IPv6 bracket (a tenth of a 10,000-model catalog's schema time).
+            org = v[5:].partition("/")[0]
+            if not any(c in org for c in ":[]?#"):
+                return v
         try:
             parts = urlsplit(v)
             port = parts.port  # parsing the port is what finds a bad one
