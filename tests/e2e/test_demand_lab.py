@@ -38,8 +38,8 @@ from tests.support.lab import Lab, lab
 from tests.support.net import free_port
 from tests.support.waiting import wait_until
 
-# The first test (ten first requests through two routers, one activation, idle stops only
-# when no router has traffic) was seen passing here; the load ramp is still unproven (below).
+# Both tests were seen passing here: the first (ten first requests through two routers, one
+# activation, idle stops only when no router has traffic) in CI, the load ramp alone (below).
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 IDLE = 25  # seconds: tiny's idle_timeout in this test's catalog
@@ -219,21 +219,27 @@ class Load(threading.Thread):
                 self.failures.append(f"{type(exc).__name__}: {exc}")
 
 
-# Unproven: its first runs here reached 3 ready replicas, but the scaler's view said 2 for
-# over 60 s (it counted at its last tick, and a tick is blocked for a whole apply; fixed: the
-# view reads the state). Later runs, at a load of 20-35 on 2 cores, timed out waiting for max:
-# each demand run's apply ran the whole router role on both routers (6 min 9 s of a 7.5 min
-# activation; fixed: demand runs deliver the state alone, 1-1.5 min). The last run (max 2,
-# load 20-29) scaled 0 -> 1 -> 2 in 10 min (5 min 9 s and 4 min 49 s, the engine's start
-# ~3 min 45 s of each), but the activation outlasted the 4m activation_timeout, so the held
-# first requests were answered 503 (now 10m); the way back down was not reached.
-@pytest.mark.unproven
+# Seen passing end to end run alone (2026-12-01, load 3-7 on 2 cores): 7 min 19 s wall, of it
+# 2 min 10 s the module's lab, facts and first apply, 4 min 40 s the ramp, the rest teardown.
+# The activation took 72 s (engine 49 s, delivery to both routers 23 s), the scale up 1 -> 2
+# 98 s (engine 78 s), the load stopped at 159 s with 795 streamed requests ok and 0 failed;
+# the drain of one replica (after the 10 s down cooldown) and the idle stop of the last
+# (after 25 s without a request on either router) took 58 s and 32 s: back to 0 at 280 s.
+# Earlier runs at a load of 20-35 failed on what is fixed now: the scaler's view lagged a
+# tick blocked by a whole apply (it reads the state), each demand run ran the whole router
+# role on both routers (they deliver the state alone), and a 5 min activation outlasted a
+# 4m activation_timeout (now 10m).
 def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(demand: Demand) -> None:
     d = demand
     stop = threading.Event()
     failures: list[str] = []
     workers: list[Load] = []
     peak = 0
+    began = time.monotonic()
+
+    def mark(what: str) -> None:  # the ramp's timings, for the log (not asserted: bench/ holds timings)
+        print(f"ramp: {what} at {time.monotonic() - began:.0f} s")
+
     try:
         for n in range(6):  # ramp up: six clients through both routers, at a target of 2 per replica
             w = Load(d.client(n % 2), stop, failures)
@@ -241,13 +247,15 @@ def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(dema
             workers.append(w)
             if n == 0:
                 wait_until(lambda: len(d.replicas()) == 1, 300, "the first replica")
+                mark("first replica recorded (activation started)")
         # A bound for the activation and scale-up runs (each starts an engine and delivers the
         # state to both routers), not a speed check: on a loaded 2-core machine each took minutes.
         wait_until(lambda: len([r for r in d.ctl.backend.read().replicas if r.state == "ready"]) == MAX, 900,
                    f"tiny to scale to its max of {MAX}")
+        mark(f"max ({MAX}) ready")
         peak = len(d.replicas())
         ups = d.runs("scale-up")
-        assert len(ups) >= MAX - 1 and all("target 2 per replica" in r.summary for r in ups)
+        assert ups and all("target 2 per replica" in r.summary for r in ups), [r.summary for r in ups]
         # The scaler's view counts the state's replicas at once, although the run that made the
         # last one is still delivering the state to the routers (which once took over 60 s here).
         assert d.ctl.scaler.view()["models"]["tiny"]["current"] == MAX
@@ -256,10 +264,12 @@ def test_a_load_ramp_scales_to_max_and_back_to_min_without_a_failed_request(dema
         stop.set()
         for w in workers:
             w.join(120)
+    mark(f"load stopped: {sum(w.ok for w in workers)} requests ok, {len(failures)} failed")
     assert failures == [] and sum(w.ok for w in workers) > 0, failures[:5]
     assert peak == MAX
     # The load stopped: down to one by draining, then to min (0) once idle on both routers.
     wait_until(lambda: d.replicas() == [], 900, "tiny to go back to min 0")
+    mark("back to min (0)")
     # The state is written before the last run is marked applied: wait for the mark.
     wait_until(lambda: all(r.status == "applied" for r in d.runs("scale-down") + d.runs("stop-idle")), 120,
                "every scale-down run to be marked applied")
