@@ -307,6 +307,10 @@ class Fleet:
             self._holder_set[source] = frozenset(n.ordinal for n in found)
         return found
 
+    def holder_set(self, source: str) -> frozenset[int]:
+        """The ordinals of `holders(source, ...)`, once that was asked."""
+        return self._holder_set[source]
+
     def holds(self, node: NodeView, source: str, name: str) -> bool:
         if source not in self._holder_set:
             self.holders(source, name)
