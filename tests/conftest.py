@@ -5,11 +5,15 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.hf_mirror import HfMirror, running_mirror
-from tests.support.lab import SHARED_NODES, Lab, lab
+from tests.support.selection import unselectable
+
+if TYPE_CHECKING:  # imported by the fixtures that use them: every xdist process loads this file
+    from tests.support.hf_mirror import HfMirror
+    from tests.support.lab import Lab
 
 # Tests that need no host set-up but take seconds each: they run Ansible against this
 # machine, build a wheel or a virtualenv, or start several servers. `make unit` leaves them
@@ -40,6 +44,20 @@ SLOW = (
 )
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave uncollected a module or folder whose tests `-m` deselects whatever else they
+    carry (tests/support/selection.py): `make unit`'s workers then never import the lab,
+    browser and engine modules."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr or collection_path.name == "conftest.py":
+        return None
+    try:
+        rel = collection_path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return None
+    return True if unselectable(collection_path, rel, markexpr, SLOW) else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SLOW):
@@ -66,6 +84,8 @@ def site(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture(scope="session")
 def hf_mirror() -> Iterator[HfMirror]:
     """A real Hugging Face mirror (olah, offline) on 127.0.0.1 serving the tiny Llama; one per test session."""
+    from tests.support.hf_mirror import running_mirror
+
     with running_mirror() as mirror:
         yield mirror
 
@@ -77,5 +97,7 @@ def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     Areas take turns (`tests.support.lab.turn`): each shapes the site, applies, and leaves
     the fleet empty again. Hosts start, and the router installs, once per session.
     """
+    from tests.support.lab import SHARED_NODES, lab
+
     with lab(tmp_path_factory.mktemp("shared-lab"), nodes=SHARED_NODES, prefix="llmgw-shared") as it:
         yield it
