@@ -47,8 +47,12 @@ typecheck: venv
 # marked xdist_group(NAME) run in one worker, to share a module's or the session's fixtures.
 UNIT := not lab and not engine and not postgres and not browser and not root and not slow
 WORKERS ?= auto
+# Python writes its bytecode even where PYTHONDONTWRITEBYTECODE is set (it is on this project's
+# machines): else every run, and each worker in it, compiles and assertion-rewrites every test
+# module again, about 7 s of CPU a worker (the caches are __pycache__ folders git ignores).
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 unit: venv
-	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup -m "$(UNIT)"
+	$(PYTEST) -q -n $(WORKERS) --dist loadgroup -m "$(UNIT)"
 
 # Lab tests marked `unproven` (vLLM on lab hosts, the demand lab test's
 # load ramp) have not yet been seen passing end to end here; they run on their own until they have.
@@ -57,8 +61,8 @@ unit: venv
 # tests/conftest.py, instead of starting its own: bench/check does). The lab run prints each lab
 # test's time over 30 s (setup included), so CI's log says where the suite's minutes go.
 pytest: setup
-	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -m "not unproven and not lab"; rest=$$?; \
-	$(BIN)/pytest --durations=0 --durations-min=30 -m "not unproven and lab"; lab=$$?; \
+	$(PYTEST) -n $(WORKERS) --dist loadgroup -m "not unproven and not lab"; rest=$$?; \
+	$(PYTEST) --durations=0 --durations-min=30 -m "not unproven and lab"; lab=$$?; \
 	exit $$(( rest || lab ))
 
 test-unproven: setup
