@@ -24,7 +24,7 @@ from llmgw.site import PortRange
 from llmgw.weights.shared import cache_filesystem, declared_dir
 
 if TYPE_CHECKING:
-    from llmgw.planner.spreading import SpreadIndex
+    from llmgw.planner.spreading import Grouping, SpreadIndex
 
 MB_PER_GB = 1024
 BYTES_PER_GB = 1024**3
@@ -281,6 +281,7 @@ class Fleet:
         # Every node a shard was put on, in order, for indexes that catch up when next used.
         self.touches: list[int] = []
         self.spreads: dict[tuple[StaticKey, str, tuple[str, ...]], SpreadIndex] = {}
+        self.spread_groups: dict[tuple[StaticKey, tuple[str, ...]], Grouping] = {}  # shared by those indexes
         self._leaf_sets: dict[int, frozenset[str]] = {}
 
     def release(self) -> None:

@@ -41,7 +41,7 @@ from llmgw.planner.fleet import (
     StaticKey,
     fmt_gb,
 )
-from llmgw.planner.spreading import SpreadIndex
+from llmgw.planner.spreading import Grouping, SpreadIndex
 
 
 @dataclass(frozen=True)
@@ -310,10 +310,16 @@ def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice 
         slot = (need.key, need.source, labels)
         index = fleet.spreads.get(slot)
         if index is None:
+            def values(n: NodeView) -> tuple[str | None, ...]:
+                return domain_values(n, labels)
+
+            grouping = fleet.spread_groups.get((need.key, labels))
+            if grouping is None:
+                grouping = fleet.spread_groups[(need.key, labels)] = Grouping(fleet, members, values,
+                                                                              len(labels) + 1)
             index = fleet.spreads[slot] = SpreadIndex(
                 fleet, members, need.source, need.cache_name, need.gpu_class,
-                lambda n: dynamic_fault(fleet, n, need) is not None, lambda n: domain_values(n, labels),
-                len(labels) + 1)
+                lambda n: dynamic_fault(fleet, n, need) is not None, values, len(labels) + 1, grouping)
         best = index.best()
         return None if best is None else Choice((best,))
     spread = spread_of(fleet, need)

@@ -36,13 +36,41 @@ REST_MASK = (1 << REST) - 1
 NodeKey = int
 
 
+class Grouping:
+    """Nodes with the same domain values and leaf set share every count but their own: their
+    groups. They depend on the members and the levels only, so every model of one static key
+    and spread labels shares them (built once, read only)."""
+
+    def __init__(self, fleet: Fleet, members: list[NodeView], values: Callable[[NodeView], tuple[str | None, ...]],
+                 levels: int) -> None:
+        self.group_of: dict[int, int] = {}
+        self.values: list[tuple[str | None, ...]] = []
+        self.by_value: tuple[dict[str, list[int]], ...] = tuple({} for _ in range(levels))
+        self.by_leaf: dict[str, list[int]] = {}
+        ids: dict[tuple[tuple[str | None, ...], frozenset[str]], int] = {}
+        for n in members:
+            vals = values(n)
+            leaves = fleet.leaf_set(n)
+            gid = ids.get((vals, leaves))
+            if gid is None:
+                gid = ids[(vals, leaves)] = len(self.values)
+                self.values.append(vals)
+                for level, value in enumerate(vals):
+                    if value is not None:
+                        self.by_value[level].setdefault(value, []).append(gid)
+                for leaf in leaves:
+                    self.by_leaf.setdefault(leaf, []).append(gid)
+            self.group_of[n.ordinal] = gid
+
+
 class SpreadIndex:
     """For one (static key, weights source, spread labels): the best node to place on next."""
 
     def __init__(self, fleet: Fleet, members: list[NodeView], source: str, cache_name: str, gpu_class: str | None,
                  fails: Callable[[NodeView], bool], values: Callable[[NodeView], tuple[str | None, ...]],
-                 levels: int) -> None:
-        """`fails`: whether a node fails a filter now; `values`: its failure-domain value per level."""
+                 levels: int, grouping: Grouping) -> None:
+        """`fails`: whether a node fails a filter now; `values`: its failure-domain value per level;
+        `grouping`: the members' groups by those values (`Grouping.of`)."""
         self.fleet, self.source, self.cache_name, self.gpu_class = fleet, source, cache_name, gpu_class
         self.fails, self.values, self.levels = fails, values, levels
         fleet.holders(source, cache_name)
@@ -51,27 +79,8 @@ class SpreadIndex:
         self.touch_seen = len(fleet.touches)
         self.hosts: dict[int, int] = {}
         self.domains: tuple[dict[str, int], ...] = tuple({} for _ in range(self.levels))
-        # Groups: nodes with the same domain values and leaf set share every count but their own.
-        self.group_of: dict[int, int] = {}
-        self.group_values: list[tuple[str | None, ...]] = []
-        self.group_leaves: list[frozenset[str]] = []
-        self.by_value: tuple[dict[str, list[int]], ...] = tuple({} for _ in range(self.levels))
-        self.by_leaf: dict[str, list[int]] = {}
-        ids: dict[tuple[tuple[str | None, ...], frozenset[str]], int] = {}
-        for n in members:
-            vals = values(n)
-            leaves = fleet.leaf_set(n)
-            gid = ids.get((vals, leaves))
-            if gid is None:
-                gid = ids[(vals, leaves)] = len(self.group_values)
-                self.group_values.append(vals)
-                self.group_leaves.append(leaves)
-                for level, value in enumerate(vals):
-                    if value is not None:
-                        self.by_value[level].setdefault(value, []).append(gid)
-                for leaf in leaves:
-                    self.by_leaf.setdefault(leaf, []).append(gid)
-            self.group_of[n.ordinal] = gid
+        self.group_of, self.group_values = grouping.group_of, grouping.values
+        self.by_value, self.by_leaf = grouping.by_value, grouping.by_leaf
         self.leaf_count = [0] * len(self.group_values)  # placed shards sharing a leaf with the group
         self.node_key: dict[int, NodeKey | None] = {}
         self.heaps: list[list[NodeKey]] = [[] for _ in self.group_values]
