@@ -1,9 +1,10 @@
-"""Plans for demand (llmgw.controller.demand): one replica more, or one replica less.
+"""Plans for demand (llmgw.controller.demand): replicas more, or one replica less.
 
-The controller starts a replica of a model (an activation of a `min: 0` model, or a scale
-up on load) and drains one (an idle stop, a scale down) with the same Applier as `llmgw
-apply`, so each is rolling, resumable and recorded step by step like any apply. These
-plans carry only the one change: the rest of the fleet is left to the next plan.
+The controller starts replicas of a model (an activation of a `min: 0` model: one; a scale
+up on load: as many as the load needs, capped by `max` and by what the fleet can place) and
+drains one (an idle stop, a scale down) with the same Applier as `llmgw apply`, so each is
+rolling, resumable and recorded step by step like any apply. These plans carry only that
+change: the rest of the fleet is left to the next plan.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from llmgw.planner.inputs import PlanInputs
 from llmgw.state import ModelRecord, State
 
 
-def activation_plan(inputs: PlanInputs, model: str, *, more: bool = False, code: str = "activate",
+def activation_plan(inputs: PlanInputs, model: str, *, more: bool = False, count: int = 1, code: str = "activate",
                     reason: str = "") -> Plan | None:
-    """A plan that creates one replica of `model` (name or alias); None when one already serves,
-    unless `more` (a scale up: one more however many serve)."""
+    """A plan that creates replicas of `model` (name or alias); None when one already serves,
+    unless `more` (a scale up: `count` more however many serve, at most up to `scaling.max`).
+
+    Places as many of them as the fleet can take, at least one: the plan's `unplaced` then
+    says why not the rest (a scale up still helps with what fits)."""
     m = inputs.catalog.resolve(model)
     if m is None:
         raise PlanError(f"{model} is not a model in the catalog")
@@ -29,19 +33,23 @@ def activation_plan(inputs: PlanInputs, model: str, *, more: bool = False, code:
         return None
     if len(live) >= m.scaling.maximum:
         raise PlanError(f"{m.name} already runs {len(live)} replicas, its scaling.max")
-    bumped = m.model_copy(update={"scaling": m.scaling.model_copy(update={"min": len(live) + 1,
+    count = max(1, min(count if more else 1, m.scaling.maximum - len(live)))
+    bumped = m.model_copy(update={"scaling": m.scaling.model_copy(update={"min": len(live) + count,
                                                                           "max": m.scaling.maximum})})
     entries = [dataclasses.replace(e, model=bumped) if e.model.name == m.name else e for e in inputs.catalog.entries]
     full = make_plan(dataclasses.replace(inputs, catalog=Catalog(entries)))
-    creates = [a for a in full.actions if a.action == "create" and a.model == m.name][:1]
+    creates = [a for a in full.actions if a.action == "create" and a.model == m.name][:count]
+    unplaced = [u for u in full.unplaced if u.model == m.name]
     if not creates:
-        reasons = [r.reason for u in full.unplaced if u.model == m.name for r in u.rejections][:5]
+        reasons = [r.reason for u in unplaced for r in u.rejections][:5]
         raise PlanError(f"no node can take a replica of {m.name}", detail=reasons,
                         hint=f"run `llmgw explain {m.name}` on the control host")
-    new = [r for r in full.desired.replicas if r.id == creates[0].replica]
+    ids = {a.replica for a in creates}
+    new = [r for r in full.desired.replicas if r.id in ids]
     if reason:
-        creates = [creates[0].model_copy(update={"code": code, "reason": reason})]
-    return full.model_copy(update={"actions": creates, "summary": Summary(add=1), "unplaced": [], "notes": [],
+        creates = [a.model_copy(update={"code": code, "reason": reason}) for a in creates]
+    return full.model_copy(update={"actions": creates, "summary": Summary(add=len(creates)),
+                                   "unplaced": unplaced if len(creates) < count else [], "notes": [],
                                    "desired": Desired(replicas=new, models=_models(inputs.state))})
 
 

@@ -8,7 +8,8 @@ of each (router, process) in a `Reports` book and decides, from all of them toge
 - **activate**: a model with no ready or starting replica that a router asked for, or
   that has requests waiting;
 - **scale up**: a model whose load (in flight + waiting, summed over every router) is
-  above `target_in_flight` per replica, below `max`, outside its `up_cooldown`;
+  above `target_in_flight` per replica, below `max`, outside its `up_cooldown`: to as
+  many replicas as the load needs at the target (at most `max`), in one action;
 - **scale down**: a model whose load has fitted into one replica fewer (at the target,
   with a hysteresis margin) for its whole `down_cooldown`, above `min`: the least busy
   replica is drained;
@@ -226,8 +227,11 @@ def decide(m: ModelDemand, fleet: Fleet, history: History, now: float, *,
         if since is not None and now - since < m.up_cooldown:
             return None, f"would scale up to {want} ({load} in flight/waiting, target {m.target_in_flight} per " \
                          f"replica) after the up cooldown ({m.up_cooldown:g} s)"
+        # All the replicas the load needs at once (capped by max; capacity caps the plan): one
+        # at a time, each an apply of minutes, a ramp would reach max a cooldown and an apply
+        # per replica late.
         return Decision(m.name, "scale-up", f"{load} in flight/waiting over {current} replica(s), target "
-                        f"{m.target_in_flight} per replica", current=current, desired=current + 1), "scaling up"
+                        f"{m.target_in_flight} per replica", current=current, desired=want), "scaling up"
     if fleet.unknown:
         history.low_since.pop(m.name, None)
         return None, f"router(s) {', '.join(fleet.unknown)} not known: nothing is scaled down or stopped"

@@ -3,8 +3,9 @@
 The API (api.py) hands reports and activation requests to a `Scaler`; the controller's
 loop calls `Scaler.tick` every few seconds while it leads. Each tick reads the catalog at
 the commit the controller has checked out and the state, decides per model
-(llmgw.controller.demand) and carries out at most one action: a plan of one replica more
-(llmgw.apply.on_demand_plans.activation_plan) or one drained (deactivation_plan), applied
+(llmgw.controller.demand) and carries out at most one action: a plan of the replicas the
+load needs more (llmgw.apply.on_demand_plans.activation_plan; one for an activation) or of one
+drained (deactivation_plan), applied
 by the same Applier as `llmgw apply` under the state's lock, and recorded as a run in the
 controller's history with its reason. A model that cannot be placed says why, in its
 last decision and, for an activation, to the routers holding its requests.
@@ -151,11 +152,10 @@ class Scaler:
     def _carry_out(self, site: Site, commit: str, d: Decision, state: State) -> None:
         view = self.views.setdefault(d.model, ModelView())
         up = d.kind in ("activate", "scale-up")
-        summary = f"demand: {d.kind} {d.model} {d.current} -> {d.desired} replicas: {d.reason}"
         try:
             if up:
-                plan = activation_plan(load_inputs(site), d.model, more=d.kind == "scale-up", code="demand",
-                                       reason=d.reason)
+                plan = activation_plan(load_inputs(site), d.model, more=d.kind == "scale-up",
+                                       count=d.desired - d.current, code="demand", reason=d.reason)
             else:
                 assert d.replica is not None
                 plan = deactivation_plan(state, d.replica, code="idle" if d.kind == "stop-idle" else "demand",
@@ -176,6 +176,16 @@ class Scaler:
             return
         if d.kind == "activate":
             self._set(d.model, "starting", d.reason)
+        summary = f"demand: {d.kind} {d.model} {d.current} -> {d.desired} replicas: {d.reason}"
+        if up and d.current + len(plan.actions) < d.desired:
+            # Fewer fit than the load wants: start those, and say why not the rest (the next
+            # scale up, after the cooldown, tries again).
+            placed = d.current + len(plan.actions)
+            why = "; ".join(dict.fromkeys(r.reason for u in plan.unplaced for r in u.rejections)) or "no room"
+            # The shortfall goes after the reason: `llmgw models` reads "CURRENT -> DESIRED replicas:
+            # REASON" (llmgw.views.demand).
+            summary = (f"demand: {d.kind} {d.model} {d.current} -> {placed} replicas: {d.reason}; {d.desired} "
+                       f"wanted, no node can take more: {why[:300]}")
         self._apply(site, commit, plan, summary, d, view, destructive=not up)
 
     def _apply(self, site: Site, commit: str, plan: Plan, summary: str, d: Decision, view: ModelView, *,

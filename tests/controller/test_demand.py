@@ -60,20 +60,26 @@ def test_one_activation_for_many_asks() -> None:
     assert scaler.ask("other", lambda _m: True).status == "ready"  # already running: nothing to start
 
 
-def test_load_above_the_target_scales_up_one_at_a_time_after_the_cooldown() -> None:
+def test_load_above_the_target_scales_up_to_what_it_needs_at_once_after_the_cooldown() -> None:
     m = demand(min=1)
-    busy = fleet(report("r1", in_flight={"m-1": 5}), report("r2", in_flight={"m-1": 4}))
+    busy = fleet(report("r1", in_flight={"m-1": 5}), report("r2", in_flight={"m-1": 2}))
     h = History()
     d, _ = decide(m, busy, h, 100.0)
-    assert d is not None and (d.kind, d.current, d.desired) == ("scale-up", 1, 2)
-    assert "9 in flight/waiting" in d.reason
+    assert d is not None and (d.kind, d.current, d.desired) == ("scale-up", 1, 2)  # 7 at target 4: two
+    assert "7 in flight/waiting" in d.reason
+    # 9 at target 4 needs three: one action for both replicas more, not one each a cooldown apart.
+    burst = fleet(report("r1", in_flight={"m-1": 5}), report("r2", in_flight={"m-1": 4}))
+    d3, _ = decide(m, burst, History(), 100.0)
+    assert d3 is not None and (d3.kind, d3.current, d3.desired) == ("scale-up", 1, 3)
+    flood, _ = decide(m, fleet(report("r1", in_flight={"m-1": 50}), report("r2")), History(), 0.0)
+    assert flood is not None and flood.desired == 3  # max (3) bounds it
     h.last_action["m"] = 100.0
     m2 = demand(min=1, ready=("m-1", "m-2"))
     busier = fleet(report("r1", in_flight={"m-1": 6, "m-2": 6}), report("r2", in_flight={"m-1": 1}))
     held, why = decide(m2, busier, h, 105.0)
-    assert held is None and "up cooldown" in why
+    assert held is None and "up cooldown" in why and "scale up to 3" in why
     d2, _ = decide(m2, busier, h, 111.0)
-    assert d2 is not None and (d2.kind, d2.desired) == ("scale-up", 3)
+    assert d2 is not None and (d2.kind, d2.current, d2.desired) == ("scale-up", 2, 3)
     at_max = demand(min=1, ready=("m-1", "m-2", "m-3"))
     assert decide(at_max, fleet(report("r1", in_flight={"m-1": 50}), report("r2")), h, 200.0)[0] is None
     assert desired_count(at_max, 50) == 3  # max bounds it

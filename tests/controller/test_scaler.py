@@ -8,7 +8,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,11 +23,13 @@ from llmgw.controller import scaler as scaler_mod
 from llmgw.controller.api import controller_app, demand_app
 from llmgw.controller.demand import ReplicaLoad, Report
 from llmgw.errors import RunnerError
-from llmgw.planner import Action, Desired, Plan, Summary, make_plan
+from llmgw.planner import Action, Desired, Plan, Rejection, Summary, Unplaced, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.site import Site
 from llmgw.state import LockHeld, LockInfo, Replica, Shard, State, WriteMeta, read_state, write_state
+from llmgw.views.demand import demand_view
 from tests.apply.test_executor import REPO, Recorder
+from tests.controller.support import NEW
 from tests.controller.test_demand_api import make_site
 
 
@@ -48,13 +50,19 @@ class FakeApplier:
         if FakeApplier.fail is not None:
             raise FakeApplier.fail
         state = self.ctl.backend.read()
-        (a,) = self.plan.actions
-        reps = [*state.replicas, replica(a.replica or "")] if a.action == "create" else \
-            [r for r in state.replicas if r.id != a.replica]
+        created = [a.replica or "" for a in self.plan.actions if a.action == "create"]
+        destroyed = {a.replica for a in self.plan.actions if a.action == "destroy"}
+        reps = [*(r for r in state.replicas if r.id not in destroyed), *map(replica, created)]
         new = self.ctl.backend.write(state.model_copy(update={"replicas": reps}), expect_serial=state.serial,
                                      meta=WriteMeta("test"))
-        return type("Outcome", (), {"created": [1] if a.action == "create" else [],
-                                    "destroyed": [1] if a.action == "destroy" else [], "serial": new.serial})()
+        return type("Outcome", (), {"created": created, "destroyed": sorted(destroyed), "serial": new.serial})()
+
+
+class Room:
+    """How many replicas the stand-in planner can place (None: any number), and what it was asked."""
+
+    left: ClassVar[int | None] = None
+    asked: ClassVar[list[int]] = []
 
 
 @pytest.fixture
@@ -62,11 +70,17 @@ def ctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Controller:
     site = make_site(tmp_path / "site")
     c = Controller(site, branch=None, say=lambda _l: None)
     made = iter(range(1, 100))
+    Room.left, Room.asked = None, []
 
-    def activation_plan(_inputs: Any, model: str, **_kw: Any) -> Plan:
-        return Plan(state_serial=0, state_lineage="", summary=Summary(add=1), desired=Desired(),
+    def activation_plan(_inputs: Any, model: str, *, more: bool = False, count: int = 1, **_kw: Any) -> Plan:
+        Room.asked.append(count)
+        n = count if more else 1
+        placed = n if Room.left is None else min(n, Room.left)
+        short = [Unplaced(model=model, wanted=n, placed=placed,
+                          rejections=[Rejection(profile="cpu", node="n1", reason="n1: 0 of 1 GPUs free")])]
+        return Plan(state_serial=0, state_lineage="", summary=Summary(add=placed), desired=Desired(),
                     actions=[Action(action="create", replica=f"{model}-{next(made)}", model=model, code="demand",
-                                    reason="test")])
+                                    reason="test") for _ in range(placed)], unplaced=short if placed < n else [])
 
     monkeypatch.setattr(scaler_mod, "activation_plan", activation_plan)
     monkeypatch.setattr(scaler_mod, "load_inputs", lambda _site: None)
@@ -126,6 +140,42 @@ def test_the_view_counts_replicas_from_the_state_while_an_apply_still_runs(ctl: 
     finally:
         FakeApplier.run = run  # type: ignore[method-assign]
     assert seen == [1] and ctl.runs.all()[0].status == "applied"
+
+
+def test_a_scale_up_starts_what_the_load_needs_in_one_run_and_says_when_capacity_cut_it_short(
+        ctl: Controller) -> None:
+    (ctl.site_dir / "catalog" / "new.yaml").write_text(
+        NEW.replace("scaling: {min: 0, max: 1}", "scaling: {min: 1, max: 4, target_in_flight: 2}"))
+    with ctl.backend.lock("test"):
+        s = ctl.backend.read()
+        ctl.backend.write(s.model_copy(update={"replicas": [replica("new-0")]}), expect_serial=s.serial)
+
+    def load(n: int) -> None:
+        ctl.scaler.reports.add(Report(router="r1", process="1", at=time.monotonic(),
+                                      replicas={"new-0": ReplicaLoad(n, 0.0)}))
+
+    load(7)  # 7 in flight at a target of 2 wants 4 replicas: three more, of which the fleet has room for two
+    Room.left = 2
+    ctl.demand_tick()
+    (run,) = ctl.runs.all()
+    assert Room.asked == [3] and run.status == "applied"
+    assert run.summary == ("demand: scale-up new 1 -> 3 replicas: 7 in flight/waiting over 1 replica(s), target 2 "
+                           "per replica; 4 wanted, no node can take more: n1: 0 of 1 GPUs free")
+    # `llmgw models` shows it as the model's last decision (llmgw.views.demand reads the summary).
+    shown = demand_view([{"id": run.id, "status": run.status, "summary": run.summary}])["models"]["new"]
+    assert (shown["kind"], shown["current"], shown["desired"]) == ("scale-up", 1, 3)
+    assert shown["reason"].endswith("4 wanted, no node can take more: n1: 0 of 1 GPUs free")
+    assert len(ctl.backend.read().replicas) == 3
+    view = ctl.scaler.view()["models"]["new"]
+    assert (view["current"], view["desired"]) == (3, 4)
+    assert view["last_decision"].startswith("scale-up (run 1): 7 in flight")
+    # After the up cooldown (30 s by default; here: as if it had passed) the rest, once there is room.
+    ctl.scaler.history.last_action["new"] -= 31
+    Room.left = None
+    load(7)
+    ctl.demand_tick()
+    assert Room.asked == [3, 1] and ctl.runs.all()[0].summary.startswith("demand: scale-up new 3 -> 4 replicas: 7 in")
+    assert len(ctl.backend.read().replicas) == 4
 
 
 def test_a_failed_apply_is_a_failed_run_and_the_routers_are_told_why(ctl: Controller) -> None:

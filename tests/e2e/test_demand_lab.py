@@ -49,7 +49,8 @@ IDLE = 25  # seconds: tiny's idle_timeout in this test's catalog
 # tiny's scaling.max. Two, not more: every scale action is an apply (an engine started or
 # drained, the state delivered to both routers), minutes each on a loaded 2-core machine; a
 # max of 2 shows each kind once (activate, scale up on load, scale down by draining, stop
-# when idle), and the one-at-a-time cooldowns are the unit tests' (tests/controller).
+# when idle); the cooldowns and a scale up of several replicas in one run are the unit
+# tests' (tests/controller).
 MAX = 2
 CATALOG = f"""\
 models:
