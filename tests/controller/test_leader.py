@@ -21,7 +21,7 @@ import pytest
 from llmgw.state import PostgresBackend
 from tests.controller.support import NEW, clone, commit, seed_applied, site_repo
 from tests.support.net import free_port
-from tests.support.waiting import wait_until
+from tests.support.waiting import stop_process, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -60,13 +60,7 @@ class Running:
             return []
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, 15)
 
 
 @pytest.fixture

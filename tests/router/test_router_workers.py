@@ -45,7 +45,7 @@ from llmgw.store import open_store
 from tests.support.cli import run_cli
 from tests.support.net import free_port
 from tests.support.router import HTTP, StateFile, model, replica
-from tests.support.waiting import wait_until
+from tests.support.waiting import stop_process, wait_until
 
 # The module's tests in one xdist worker (`make unit` runs --dist loadgroup), so they share one router.
 pytestmark = pytest.mark.xdist_group("router_workers")
@@ -211,13 +211,7 @@ def pin(w: Workers, cpu: int) -> None:
 
 
 def stop(w: Workers) -> None:
-    if w.proc.poll() is None:
-        w.proc.send_signal(signal.SIGTERM)
-        try:
-            w.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            w.proc.kill()
-            w.proc.wait(10)
+    stop_process(w.proc, 60)
 
 
 @dataclass

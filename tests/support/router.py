@@ -1,11 +1,7 @@
-"""Router test helpers (the fixtures in conftest.py use them).
-
-- `engines(...)` starts the real llama.cpp server with the tiny model on a free port;
-  a missing binary FAILS the test, saying how to build it.
-- `state` writes the state file the router reads (the same write_state apply uses).
-- `start_router(...)` runs `RouterServer` (the object `llmgw router serve` runs) in a
-  thread with its own event loop, on port 0, and hands back its addresses.
-- `pg_url` is a fresh schema in the PostgreSQL that scripts/start-postgres runs.
+"""Router test helpers: the real llama.cpp server with the tiny model (`start_engine`), the
+state file the router reads (`StateFile`), and `RouterServer` served in a thread of this
+process (`RunningRouter`). tests/router/conftest.py's fixtures (what each gives a test is
+said there) are built on them; other areas use them directly.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,3 +19,14 @@ def wait_until(pred: Callable[[], Any], timeout: float = 15.0, what: str = "cond
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM a process that still runs and reap it; killed if it has not ended within `grace` s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
