@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
-
 from llmgw.catalog import Catalog, Located, Model
 from llmgw.errors import Problem
 from llmgw.site import Site
@@ -105,6 +103,8 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
         out.notes.extend(f"{s}: not inspected: catalog validate contacts only the site's endpoint "
                          f"{hf_endpoint(site)} (`mirror:` in llmgw.yaml)" for s in refused)
     if inspect and todo:
+        import httpx  # here, not at the top: `llmgw plan` imports this module and never fetches
+
         with httpx.Client(timeout=30) as client:
             for source in todo:
                 # HF_TOKEN on the control host sizes gated repositories (sent to the endpoint over https only).

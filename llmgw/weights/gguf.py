@@ -15,11 +15,12 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from llmgw.errors import WeightsError
+
+if TYPE_CHECKING:  # only an annotation here: `llmgw plan` imports this module, httpx costs it ~0.1 s
+    import httpx
 
 MAGIC = b"GGUF"
 # A header larger than this is not a header (tokenizer vocabularies run to a few MB).

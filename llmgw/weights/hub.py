@@ -20,11 +20,13 @@ import fnmatch
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import httpx
-
 from llmgw.errors import WeightsError
+
+if TYPE_CHECKING:  # only annotations here: the planner imports this module, httpx costs it ~0.1 s
+    import httpx
 
 HUB = "https://huggingface.co"
 _REPO = re.compile(r"^hf://([A-Za-z0-9][A-Za-z0-9._-]{0,95})/([A-Za-z0-9][A-Za-z0-9._-]{0,95})(?:@([A-Za-z0-9._-]{1,200}))?$")

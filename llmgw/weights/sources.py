@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlparse
 
-import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from llmgw.errors import FactsError, LlmgwError, WeightsError
@@ -25,6 +24,9 @@ from llmgw.weights.hub import resolve as resolve_repo
 from llmgw.weights.names import cache_name
 from llmgw.weights.servable import tensor_types
 from llmgw.yamlio import atomic_write, read_text
+
+if TYPE_CHECKING:  # `llmgw plan` imports this module and never fetches: httpx is imported where used
+    import httpx
 
 
 class SourceInfo(BaseModel):
@@ -108,6 +110,8 @@ def inspect_source(source: str, client: httpx.Client, endpoint: str = HUB, token
 
     hf:// sources are asked of `endpoint` (the site's mirror or the Hub) and nothing else;
     `token` (gated repositories) goes to it only over https."""
+    import httpx
+
     now = datetime.now(UTC).replace(microsecond=0)
     name = cache_name(source)
     try:
