@@ -9,20 +9,18 @@ Each rendered unit is also checked by `systemd-analyze verify`, as the role's
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.ansible import ansible_env, playbook
+
 HERE = Path(__file__).resolve().parent
 ROLE = HERE.parents[1] / "roles" / "llmgw_engine"
-VENV_BIN = Path(sys.executable).parent
 
 LEADER, WORKER = "10.0.0.1", "10.0.0.2"
 MGMT = "192.0.2.7"  # the rendering host's management address: every engine binds to it alone
@@ -63,15 +61,10 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
 
 def render(tmp: Path, shards: list[dict[str, Any]]) -> dict[str, str]:
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-           "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-           "ANSIBLE_FILTER_PLUGINS": str(ROLE / "filter_plugins")}
-    extra = json.dumps({"shards": shards, "out_dir": str(tmp), "llmgw_mgmt_address": MGMT,
-                        "llmgw_engine_api_keys": {"llmgw-sg-1-0": SG_KEY, "llmgw-tiny-9-0": SG_KEY}})
-    done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(HERE / "render_units.yml"),
-                           "-e", extra], capture_output=True, text=True, env=env, check=False, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    playbook(HERE / "render_units.yml",
+             {"shards": shards, "out_dir": str(tmp), "llmgw_mgmt_address": MGMT,
+              "llmgw_engine_api_keys": {"llmgw-sg-1-0": SG_KEY, "llmgw-tiny-9-0": SG_KEY}},
+             env=ansible_env(ANSIBLE_FILTER_PLUGINS=str(ROLE / "filter_plugins")))
     return {p.stem: p.read_text() for p in tmp.glob("*.service")}
 
 

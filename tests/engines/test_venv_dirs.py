@@ -6,7 +6,6 @@ such hosts. The lab's vLLM test (tests/e2e/test_vllm_lab.py) runs the real venv 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,9 +16,9 @@ import pytest
 from llmgw.apply import hosts as apply_hosts
 from llmgw.engines import versions
 from llmgw.inventory import load_inventory
+from tests.support.ansible import run_playbook
 
 HERE = Path(__file__).resolve().parent
-VENV_BIN = Path(sys.executable).parent
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 
 
@@ -34,15 +33,10 @@ def venv_reporting(folder: Path, dist: str, version: str) -> Path:
 
 
 def install(tmp: Path, venv_dirs: list[Path]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-           "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
     # `vllm` (the GPU build's name): the CPU build's libnuma step has no business on this host.
-    extra = json.dumps({"engine": "vllm", "llmgw_engine_vllm_package": "vllm",
-                        "llmgw_engine_install_dir": str(tmp / "engines"),
-                        "llmgw_engine_venv_dirs": [str(d) for d in venv_dirs]})
-    return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(HERE / "install_venv.yml"),
-                           "-e", extra], capture_output=True, text=True, env=env, check=False, timeout=300)
+    return run_playbook(HERE / "install_venv.yml", {"engine": "vllm", "llmgw_engine_vllm_package": "vllm",
+                                                    "llmgw_engine_install_dir": str(tmp / "engines"),
+                                                    "llmgw_engine_venv_dirs": [str(d) for d in venv_dirs]})
 
 
 @pytest.mark.slow

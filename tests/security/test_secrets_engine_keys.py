@@ -6,11 +6,8 @@ real router that shows it that key from the 0600 file apply delivers beside the 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +16,7 @@ import pytest
 
 from llmgw.router.engine_keys import ENGINE_KEYS_FILE
 from llmgw.store import Store
+from tests.support.ansible import run_playbook
 from tests.support.router import (
     HTTP,
     RunningRouter,
@@ -133,12 +131,7 @@ def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Pa
     extra = {"llmgw_engine_keys_dir": str(keys_dir), "shards": shards, "llmgw_engine_group": "root",
              "llmgw_engine_api_keys": {"llmgw-tiny-0-0": KEY, "llmgw-big-1-0": KEY.replace("k", "v"),
                                        "llmgw-sg-1-0": KEY.replace("k", "s")}}
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "False",
-           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False", "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", "localhost,",
-                           str(Path(__file__).with_name("engine_keys.yml")), "-e", json.dumps(extra)],
-                          capture_output=True, text=True, env=env, check=False, timeout=300)
+    done = run_playbook(Path(__file__).with_name("engine_keys.yml"), extra, verbose=True)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     shown = output.split("PLAY [", 1)[-1]  # what the tasks showed (-vvv echoes the command line before it)
@@ -163,12 +156,7 @@ def test_the_optional_firewall_admits_only_the_given_sources(tmp_path: Path) -> 
     out = tmp_path / "llmgw-engines.nft"
     extra = {"out_file": str(out), "llmgw_engine_firewall_sources": ["10.0.0.5", "10.0.1.0/24", "fd00::7"],
              "shards": [{"unit": "llmgw-tiny-0-0", "port": 20000}, {"unit": "llmgw-big-1-1", "port": 20004}]}
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "False",
-           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False", "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-                           str(Path(__file__).with_name("engine_firewall.yml")), "-e", json.dumps(extra)],
-                          capture_output=True, text=True, env=env, check=False, timeout=300)
+    done = run_playbook(Path(__file__).with_name("engine_firewall.yml"), extra)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]  # includes `nft -c -f` accepting it
     rules = [ln.strip() for ln in out.read_text().splitlines()]
     ports = "tcp dport { 20000, 20004, 30000, 30004 }"

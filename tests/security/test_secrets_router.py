@@ -25,29 +25,20 @@ import yaml
 
 from llmgw.errors import StoreError
 from llmgw.store import open_store, redact_url
+from tests.support.ansible import VENV_BIN, ansible_env, playbook
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ROLE = REPO / "roles" / "llmgw_router"
-VENV_BIN = Path(sys.executable).parent
 # A password with every character the unit, the env file and a shell treat specially.
 PASSWORD = 'p@ss$HOME"`x\\y %z\'q'
 URL = f"postgresql://llmgw:{PASSWORD}@db.example:5432/llmgw"
 
 
-def ansible_env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-            "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
-
-
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("router")
-    done = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", str(HERE / "render_router.yml"),
-                           "-e", json.dumps({"out_dir": str(out), "llmgw_router_store_url": URL})],
-                          capture_output=True, text=True, env=ansible_env(), check=False, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    playbook(HERE / "render_router.yml", {"out_dir": str(out), "llmgw_router_store_url": URL})
     return out
 
 
