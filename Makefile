@@ -54,8 +54,8 @@ PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 unit: venv
 	$(PYTEST) -q -n $(WORKERS) --dist loadgroup -m "$(UNIT)"
 
-# Lab tests marked `unproven` (vLLM on lab hosts, the demand lab test's
-# load ramp) have not yet been seen passing end to end here; they run on their own until they have.
+# Lab tests marked `unproven` (none today) have not yet been seen passing end to end here; they
+# run on their own until they have.
 # Two runs, both always: the tests that need no lab on every core, then the lab tests in one
 # process, one after another (an area may borrow the session's lab of three hosts, `shared_lab` in
 # tests/conftest.py, instead of starting its own: bench/check does). The lab run prints each lab

@@ -109,11 +109,15 @@ class Streams:
 
 
 class Hammer(threading.Thread):
-    """Sends chat completions to `model` one after another until stopped; counts what failed."""
+    """Sends chat completions to `model` one after another until stopped; counts what failed.
 
-    def __init__(self, api: openai.OpenAI, model: str) -> None:
+    `pause` seconds between requests (0: none) leave the engine idle part of the time: two
+    vLLMs on the lab's two shared cores, one serving without pause, starve the other's start.
+    """
+
+    def __init__(self, api: openai.OpenAI, model: str, *, pause: float = 0.0) -> None:
         super().__init__(daemon=True)
-        self.api, self.model = api, model
+        self.api, self.model, self.pause = api, model, pause
         self.ok = 0
         self.failures: list[str] = []
         self.stop = threading.Event()
@@ -127,6 +131,7 @@ class Hammer(threading.Thread):
                 self.ok += 1
             except Exception as exc:  # every failure counts, whatever it is
                 self.failures.append(f"{type(exc).__name__}: {exc}")
+            self.stop.wait(self.pause)
 
     def wait_for(self, n: int, timeout: float = 60) -> None:
         """Until `n` more answers (or a failure, or the deadline: the caller asserts on what it saw)."""
