@@ -115,8 +115,14 @@ def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fa
 
     # Each cable with its ends in reading order, its kind and the node keys behind it;
     # and how many cables of each kind run at each rate.
-    oriented: list[tuple[RawCable, RawNode, RawPort, RawNode, RawPort, LinkKind]] = []
-    counts: dict[LinkKind, Counter[Rate]] = {k: Counter() for k in _KIND_ORDER}
+    oriented: list[tuple[tuple[int, LinkKind], Rate, RawNode, RawPort, RawNode, RawPort,
+                         LinkKind]] = []
+    # Tallied by the Rate object's id (the parsers share one per distinct rate, and every
+    # one stays alive in `cables`), then merged by value: hashing a Rate per cable cost
+    # more than the tally itself.
+    by_id: dict[tuple[int, LinkKind], int] = {}
+    first_of: dict[int, Rate] = {}
+    differ = 0  # cables whose two ends reported different rates
     for c in cables:
         a, pa, b, pb = c.a, c.a_port, c.b, c.b_port
         if a.kind == "switch":
@@ -129,36 +135,50 @@ def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fa
                     a, pa, b, pb = b, pb, a, pa
         else:
             kind = "host" if b.kind == "switch" and a.key in owners else "other"
-        oriented.append((c, a, pa, b, pb, kind))
-        counts[kind][c.rate] += 1
+        if c.rates_differ:
+            differ += 1
+        rate = c.rate
+        rid = (id(rate), kind)
+        oriented.append((rid, rate, a, pa, b, pb, kind))
+        tally = by_id.get(rid)
+        if tally is None:
+            by_id[rid] = 1
+            first_of[rid[0]] = rate
+        else:
+            by_id[rid] = tally + 1
+    counts: dict[LinkKind, Counter[Rate]] = {k: Counter() for k in _KIND_ORDER}
+    for (rid_, kind), tally in by_id.items():  # first-seen order, as cable by cable
+        counts[kind][first_of[rid_]] += tally
+    unknown = sum(t for (rid_, _), t in by_id.items() if not first_of[rid_].known)
 
     expected: dict[LinkKind, Rate] = {}
     for kind in _KIND_ORDER:
-        rate = _expected(counts[kind])
-        if rate is not None:
-            expected[kind] = rate
+        top = _expected(counts[kind])
+        if top is not None:
+            expected[kind] = top
 
     links: list[Link] = []
     sort_keys: list[tuple[int, tuple[tuple[int, int | str], ...], int,
                           tuple[tuple[int, int | str], ...], int]] = []
     # (node, port) -> link, mine, far; only adapters' and routers' ends are looked up.
     ends: dict[tuple[str, int], tuple[Link, End, End]] = {}
-    # Judged once per distinct rate and kind; keyed by the Rate's id (every cable's rate
-    # stays alive in `cables`), which is cheaper to hash than its fields.
-    below: dict[tuple[int, LinkKind], bool] = {}
-    for c, a, pa, b, pb, kind in oriented:
-        rate = c.rate
-        exp = expected.get(kind)
-        slow = below.get((id(rate), kind))
-        if slow is None:
-            gbps = rate.gbps
-            slow = below[(id(rate), kind)] = (gbps is not None and exp is not None
-                                              and gbps < (exp.gbps or 0.0))
+    # The expected rate and whether a cable is below it, judged once per distinct rate
+    # and kind (the tally's keys).
+    judged: dict[tuple[int, LinkKind], tuple[Rate | None, bool]] = {}
+    for rid in by_id:
+        exp = expected.get(rid[1])
+        gbps = first_of[rid[0]].gbps
+        judged[rid] = (exp, gbps is not None and exp is not None and gbps < (exp.gbps or 0.0))
+    # End and Link are built with tuple.__new__, as their generated __new__ does, minus a
+    # Python call per tuple (144,000 of them at 16,000 adapters).
+    new = tuple.__new__
+    for rid, rate, a, pa, b, pb, kind in oriented:
+        exp, slow = judged[rid]
         ka, kb = a.key, b.key
         sa, sb = same[ka], same[kb]
-        ea = End(sa[0], sa[1], pa.port, sa[2], pa.port_guid, sa[3], sa[4])
-        eb = End(sb[0], sb[1], pb.port, sb[2], pb.port_guid, sb[3], sb[4])
-        link = Link(ea, eb, rate, kind, exp, slow)
+        ea = new(End, (sa[0], sa[1], pa.port, sa[2], pa.port_guid, sa[3], sa[4]))
+        eb = new(End, (sb[0], sb[1], pb.port, sb[2], pb.port_guid, sb[3], sb[4]))
+        link = new(Link, (ea, eb, rate, kind, exp, slow))
         links.append(link)
         sort_keys.append((_KIND_ORDER[kind], names[ka], pa.port, names[kb], pb.port))
         if sa[0] != "switch":
@@ -203,7 +223,7 @@ def _build_one(graph: Graph, nodes: list[RawNode], cables: list[RawCable]) -> Fa
         id=_fabric_id(nodes, switch_guids), source=graph.source, format=graph.format,
         switches=tuple(switches), hosts=sorted_hosts, endpoints=tuple(endpoints),
         links=tuple(links), expected_rates=expected, rails=rails,
-        notes=tuple(_notes(cables, sorted_hosts)))
+        notes=tuple(_notes(differ, unknown, sorted_hosts)))
 
 
 def _fabric_id(nodes: list[RawNode], switch_guids: dict[str, int | None]) -> str:
@@ -214,13 +234,13 @@ def _fabric_id(nodes: list[RawNode], switch_guids: dict[str, int | None]) -> str
     return f"ib-{min(guids):016x}"
 
 
-def _notes(cables: list[RawCable], hosts: dict[str, tuple[Adapter, ...]]) -> list[str]:
+def _notes(differ: int, unknown: int, hosts: dict[str, tuple[Adapter, ...]]) -> list[str]:
+    """`differ`: cables whose ends reported different rates; `unknown`: cables whose rate
+    ibnetdiscover could not name (both counted while the cables are oriented)."""
     notes: list[str] = []
-    differ = sum(1 for c in cables if c.rates_differ)
     if differ:
         notes.append(f"{differ} cable{'s' if differ != 1 else ''} reported a different rate "
                      "at each end; each counts at the slower one")
-    unknown = sum(1 for c in cables if not c.rate.known)
     if unknown:
         one = unknown == 1
         notes.append(f"{unknown} cable{'' if one else 's'} report{'s' if one else ''} a rate "
