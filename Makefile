@@ -42,14 +42,15 @@ typecheck: venv
 
 # The tests that need no host set-up (no lab, engine build, PostgreSQL or browser), no root, and
 # none of the slow ones (they run Ansible or build packages; see tests/conftest.py). The goal is
-# under a minute on 2 cores; ~125 s of CPU today.
+# under a minute on 2 cores: 50-84 s wall, 50-59 s of CPU at load 2-5
+# with nice 19 (before PYTEST below and tests/support/selection.py: 61-119 s wall, 59-64 s CPU).
 # The tests that need no lab run on every core (pytest-xdist; WORKERS=1 for one process); tests
 # marked xdist_group(NAME) run in one worker, to share a module's or the session's fixtures.
 UNIT := not lab and not engine and not postgres and not browser and not root and not slow
 WORKERS ?= auto
 # Python writes its bytecode even where PYTHONDONTWRITEBYTECODE is set (it is on this project's
 # machines): else every run, and each worker in it, compiles and assertion-rewrites every test
-# module again, about 7 s of CPU a worker (the caches are __pycache__ folders git ignores).
+# module again, 3-7 s of CPU a worker by the load (the caches are __pycache__ folders git ignores).
 PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 unit: venv
 	$(PYTEST) -q -n $(WORKERS) --dist loadgroup -m "$(UNIT)"
