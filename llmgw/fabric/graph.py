@@ -54,6 +54,9 @@ class Graph:
     source: str
     format: str  # "ibnetdiscover" | "ibnetdiscover -p"
     nodes: dict[str, RawNode] = field(default_factory=dict)
+    # Every cable once, in text order: found by `validate()` on the walk that checks both
+    # halves of each cable anyway (a second walk cost a twentieth of the parse).
+    checked: list[RawCable] | None = None
 
     def error(self, line: int, message: str, *, hint: str | None = None) -> FabricError:
         return FabricError(f"{self.source}, line {line}: {message}", source=self.source,
@@ -65,14 +68,17 @@ class Graph:
         Every problem is collected and the first by line is raised, so the message points
         at the earliest sign of a cut-off or spliced capture."""
         problems: list[tuple[int, str]] = []
-        for node in self.nodes.values():
+        cables: list[RawCable] = []
+        nodes = self.nodes
+        for node in nodes.values():
             if not node.ports:
                 problems.append((node.line, f"node {node.description!r} lists no connected "
                                  "port (expected at least one port line after it: every node "
                                  "ibnetdiscover finds was reached through a cable, so the "
                                  "capture looks truncated)"))
+            key = node.key
             for p in node.ports.values():
-                peer = self.nodes.get(p.peer)
+                peer = nodes.get(p.peer)
                 if peer is None:
                     problems.append((p.line, f"port {p.port} of {node.description!r} connects "
                                      f"to node {p.peer} port {p.peer_port}, which the output "
@@ -80,21 +86,35 @@ class Graph:
                                      "looks truncated)"))
                     continue
                 back = peer.ports.get(p.peer_port)
-                if back is None or back.peer != node.key or back.peer_port != p.port:
+                if back is None or back.peer != key or back.peer_port != p.port:
                     found = ("lists no such port" if back is None
                              else f"says that port goes to {back.peer} port {back.peer_port}")
                     problems.append((p.line, f"port {p.port} of {node.description!r} connects "
                                      f"to {p.peer} port {p.peer_port}, but that node (line "
                                      f"{peer.line}) {found} (expected the same cable from "
                                      "both ends: the capture looks truncated or spliced)"))
+                    continue
+                pkey = peer.key
+                if key < pkey or (key == pkey and p.port < p.peer_port):
+                    # The parsers share one Rate object per distinct rate: `is` settles
+                    # nearly every cable without comparing fields.
+                    if p.rate is back.rate or p.rate == back.rate:
+                        cables.append(RawCable(node, p, peer, back, p.rate, False))
+                    else:
+                        cables.append(RawCable(node, p, peer, back, slower(p.rate, back.rate),
+                                               True))
         if problems:
             line, message = min(problems)
             more = len(problems) - 1
             others = f"{more} more problem{'s' if more != 1 else ''} after this one; " if more else ""
             raise self.error(line, message, hint=f"{others}capture ibnetdiscover output again, whole")
+        self.checked = cables
 
     def cables(self) -> Iterator[RawCable]:
         """Every cable once, in text order; call `validate()` first."""
+        if self.checked is not None:
+            yield from self.checked
+            return
         nodes = self.nodes
         for node in nodes.values():
             key = node.key
