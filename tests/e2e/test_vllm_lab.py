@@ -30,16 +30,16 @@ from tests.support.hf_mirror import HfMirror, podman_gateway, running_mirror
 from tests.support.lab import Lab, lab
 from tests.support.traffic import Hammer
 
-# The suite's one vLLM lab, in make test. Seen passing end to end three times here: 66 min at a
+# The suite's one vLLM lab, in make test. Seen passing end to end four times here: 66 min at a
 # load of 20-27; then, while other engineers' work ran at nice 19 (load 8-11), 25 min with the
-# first change below (drain apply 1,279 s, 2,991 requests during it) and 22 min with both
-# (first apply 333 s, drain apply 950 s, 1,509 requests), 0 failed. Each vLLM start is four
-# Python processes importing torch (API server, the model-registry subprocess, engine core,
-# worker). Once the drain's new vLLM
-# starved for over 18 min: vLLM's CPU backend pinned both hosts' workers to core 0 of the
+# first change below (drain apply 1,279 s, 2,991 requests during it) and 22 min with both (first
+# apply 333 s, drain apply 950 s, 1,509 requests), 0 failed; then 537 s in a clean-clone make
+# test on the quiet machine (57 min in all). Each vLLM start is four Python processes importing
+# torch (API server, the model-registry subprocess, engine core, worker). Once the drain's new
+# vLLM starved for over 18 min: vLLM's CPU backend pinned both hosts' workers to core 0 of the
 # machine's two (the lab's hosts share them) and the old replica's, serving, held it. The lab
-# profile now binds no cores (VLLM_CPU_OMP_THREADS_BIND, docs/engines.md), and the client
-# pauses between requests (below).
+# profile now binds no cores (VLLM_CPU_OMP_THREADS_BIND, docs/engines.md), and the client pauses
+# between requests (below).
 pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.vllm]
 
 CATALOG = """\
