@@ -252,6 +252,7 @@ class Fleet:
     def __init__(self, hosts: Mapping[str, Host], facts: Mapping[str, HostFacts], fabrics: FabricIndex,
                  ports: PortRange) -> None:
         self.ports = ports
+        self.port_span = ports.end - ports.start  # a node with more ports taken than this has none left
         self.fabric_index = fabrics
         self.nodes = [node_view(i, hosts[name], facts.get(name), fabrics) for i, name in enumerate(sorted(hosts))]
         self.by_name = {n.name: n for n in self.nodes}

@@ -141,16 +141,19 @@ def static_reason(node: NodeView, key: StaticKey, nodes_wanted: int) -> str | No
 
 def dynamic_fault(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bool = False) -> str | None:
     """Which filter `node` fails now ("gpus", "memory", "disk", "port"), or None: cheap, no sentence."""
-    if need.gpus > 0 and not gpus_checked and node.free_count(need.gpu_class) < need.gpus:
+    # Asked ~200,000 times in a 4,096-host plan: each test reads fields directly, and the
+    # disk test looks at the free space first (almost always enough) before the weights.
+    if not gpus_checked and need.gpus > 0 and node.free_count(need.gpu_class) < need.gpus:
         return "gpus"
-    if need.memory_mb > 0 and node.mem_mb is not None and node.mem_mb - node.mem_reserved_mb < need.memory_mb:
+    mem = node.mem_mb
+    if mem is not None and need.memory_mb > 0 and mem - node.mem_reserved_mb < need.memory_mb:
         return "memory"
-    if need.size is not None and node.disk_key is not None and not fleet.holds(node, need.source, need.cache_name) \
-            and not fleet.pending_on(node, need.source):
-        free_b = fleet.disk_free(node)
-        if free_b is not None and free_b < need.size:
-            return "disk"
-    if len(node.ports) > fleet.ports.end - fleet.ports.start and node.free_port(fleet.ports) is None:
+    size, disk = need.size, node.disk_key
+    if size is not None and disk is not None and node.cache_fs is not None \
+            and fleet.disk_free_bytes[disk] - fleet.pending_bytes.get(disk, 0) < size \
+            and not fleet.holds(node, need.source, need.cache_name) and not fleet.pending_on(node, need.source):
+        return "disk"
+    if len(node.ports) > fleet.port_span and node.free_port(fleet.ports) is None:
         return "port"
     return None
 
@@ -386,11 +389,15 @@ def _by_fabric(nodes: list[NodeView]) -> dict[str, list[NodeView]]:
 def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> tuple[
         Callable[[NodeView], tuple[bool, bool, bool, int, int]], Callable[[Sequence[NodeView]], SetScore]]:
     p = need.profile
-    holders = {n.ordinal for n in fleet.holders(need.source, need.cache_name)}
+    fleet.holders(need.source, need.cache_name)
+    holders = fleet.holder_set(need.source)
+    gpu_class = p.gpu_class
 
     def pref(n: NodeView) -> tuple[bool, bool, bool, int, int]:
         """One node: clean cables, holding the weights, partly used, fewest free, name."""
-        return (n.degraded.get(fabric, False), n.ordinal not in holders, *_pack(n, p.gpu_class), n.ordinal)
+        # `_pack(n, ...)` written out: ~90,000 calls in a 4,096-host plan
+        return (n.degraded.get(fabric, False), n.ordinal not in holders, not n.used, n.free_count(gpu_class),
+                n.ordinal)
 
     def cheap(c: Sequence[NodeView]) -> SetScore:
         """A set: degraded cables, weights held, whole nodes broken into, GPUs left, names."""
