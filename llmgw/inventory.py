@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from llmgw.errors import InventoryError
+from llmgw.facts import memo
 from llmgw.yamlio import FileError, check_yaml_file
 
 NodeState = Literal["ready", "cordoned", "draining"]
@@ -189,19 +190,53 @@ def parse_inventory_json(path: Path, data: dict[str, Any]) -> Inventory:
     return Inventory(path=path, hosts=hosts)
 
 
+# An inventory read in-process from this many bytes of files or more is memoised (llmgw.facts.memo):
+# parsing and checking a 4,096-host inventory costs a fifth of a second, its files rarely change.
+MEMO_MIN_BYTES = 16 * 1024
+
+
 def load_inventory(path: Path) -> Inventory:
     if not path.exists():
         raise InventoryError(f"inventory {path} does not exist",
                              hint="set `inventory:` in llmgw.yaml to your Ansible inventory file or folder")
-    for f in _yaml_files(path):  # before Ansible expands a YAML bomb in its --list output
+    files = _yaml_files(path)
+    key = _memo_key(path, files)
+    if key is not None:
+        found = memo.load("inventory", path.resolve(), key)
+        if isinstance(found, Inventory):
+            return found
+    for f in files:  # before Ansible expands a YAML bomb in its --list output
         try:
             check_yaml_file(f, max_bytes=INVENTORY_FILE_BYTES)
         except FileError as exc:
             raise InventoryError(str(exc), hint="fix the inventory file at that line") from None
     fast = _plain_yaml_inventory(path)
     if fast is not None:
+        if key is not None:
+            memo.store("inventory", path.resolve(), key, fast)
         return fast
     return _ansible_inventory(path)
+
+
+def _memo_key(path: Path, files: list[Path]) -> tuple[object, ...] | None:
+    """What an in-process read of the inventory is made from: each file's fingerprint (size,
+    times, inode: what any write changes), the folder's listing, whether group_vars/host_vars
+    are beside it, and the reading code. None: not memoised (small, or Ansible's to read)."""
+    if _ansible_configured():
+        return None
+    base = path if path.is_dir() else path.parent
+    try:
+        listing = sorted(os.listdir(path)) if path.is_dir() else None
+        prints = []
+        for f in files:
+            st = f.stat()
+            prints.append((str(f), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    except OSError:
+        return None
+    if sum(p[1] for p in prints) < MEMO_MIN_BYTES:
+        return None
+    return (memo.code_version(("llmgw.inventory", "llmgw.yamlio")), str(path), listing, tuple(prints),
+            (base / "group_vars").exists(), (base / "host_vars").exists())
 
 
 def _ansible_inventory(path: Path) -> Inventory:
@@ -260,10 +295,15 @@ class _NotPlain(Exception):
     """Something only Ansible should judge: the inventory goes to `ansible-inventory`."""
 
 
+def _ansible_configured() -> bool:
+    """Whether settings or a configuration file could change how Ansible reads a YAML inventory."""
+    return any(os.environ.get(k) for k in _ANSIBLE_SETTINGS) or Path("/etc/ansible/ansible.cfg").exists() \
+        or (Path.home() / ".ansible.cfg").exists()
+
+
 def _plain_yaml_inventory(path: Path) -> Inventory | None:
     """The inventory read in-process when it is plain YAML data (see the module's docstring), else None."""
-    if any(os.environ.get(k) for k in _ANSIBLE_SETTINGS) or Path("/etc/ansible/ansible.cfg").exists() \
-            or (Path.home() / ".ansible.cfg").exists():
+    if _ansible_configured():
         return None
     if path.is_file():
         base, files = path.parent, [path]
