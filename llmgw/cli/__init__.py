@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 
 from llmgw import __version__
-from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import LlmgwError
 
@@ -84,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="llmgw", standalone_mode=False)
     except LlmgwError as exc:
+        from llmgw.cli import output  # rich's tables and consoles: not every command needs them
+
         output.print_error(exc)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:

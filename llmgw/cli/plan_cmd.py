@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from llmgw import collector
-from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.planner import make_plan
 from llmgw.planner.explain import explain, explanation_json, render_explanation
@@ -62,6 +61,8 @@ def _plan(app: AppContext, out: Path | None, as_json: bool) -> bool:
 @pass_app
 def explain_cmd(app: AppContext, model: str, as_json: bool) -> None:
     """Every node considered for MODEL (a name or alias), per profile, and why it was rejected."""
+    from llmgw.cli import output  # rich, which `llmgw plan` does not use
+
     e = explain(load_inputs(app.site), model)
     if as_json:
         output.print_json(explanation_json(e))
