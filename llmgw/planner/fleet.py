@@ -229,13 +229,18 @@ class LeafGroups:
 
     def touched(self, node: NodeView) -> None:
         gids = self.of.get(node.ordinal, [])
+        leaves = node.free_count(self.key.gpu_class) < self.key.gpus
         for gid in gids:
             # A group with too few fitting nodes stays so (usage only grows): keep those answers.
+            # A node that leaves the group changes only the candidates it was in: every other
+            # node of the group is as it was, so each other best set still is (most shards land
+            # on nodes outside a source's candidates; recomputing them was half the multi-node work).
             per_source = self.cache.get(gid)
             if per_source:
-                self.cache[gid] = {src: None for src, cand in per_source.items() if cand is None}
+                self.cache[gid] = {src: cand for src, cand in per_source.items()
+                                   if cand is None or (leaves and node not in cand[1])}
         self.changes.extend(gids)
-        if node.free_count(self.key.gpu_class) < self.key.gpus:
+        if leaves:
             for gid in gids:
                 self.members[gid].discard(node.ordinal)
             self.of.pop(node.ordinal, None)

@@ -448,6 +448,8 @@ def _best_groups(fleet: Fleet, need: Need, groups: LeafGroups, k: int) -> list[R
     for gid in todo:
         if not gid[1] or len(groups.members[gid]) < want:
             continue
+        if need.source in groups.cache.get(gid, {}):
+            continue  # its candidate did not change (LeafGroups.touched): already in the heap, or None
         found = _group_candidate(fleet, need, groups, gid)
         if found is not None:
             groups.pushed += 1
