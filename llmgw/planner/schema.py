@@ -10,7 +10,7 @@ read the reason.
 from __future__ import annotations
 
 import json
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -146,7 +146,11 @@ class Plan(_Model):
 
     def to_json(self) -> str:
         with collector.paused():  # a plan of 10,000 replicas is ~1M small objects
-            return json_text(self.model_dump(mode="json"))
+            try:
+                ordered = _ordered(self)
+            except _NotPlain:
+                return json_text(self.model_dump(mode="json"))
+            return json_text(ordered, presorted=True)
 
     def applied(self, state: State) -> State:
         """The state this plan leaves once applied in full (apply writes it step by step)."""
@@ -162,6 +166,39 @@ class Plan(_Model):
                 cache_name=r.cache_name or (prev.cache_name if prev else None),
                 source=r.source or (prev.source if prev else None)))
         return state.model_copy(update={"replicas": replicas, "models": list(self.desired.models)})
+
+
+class _NotPlain(Exception):
+    """A value `_ordered` leaves to pydantic's own dump."""
+
+
+_SCALARS = frozenset((str, int, bool, type(None)))
+_FIELD_ORDER: dict[type, tuple[str, ...]] = {}  # per record class: its fields, sorted
+
+
+def _ordered(value: Any) -> Any:
+    """`value.model_dump(mode="json")` with every object's keys sorted, in one walk over the records:
+    dumping a 10,000-replica plan and then sorting each of its ~50,000 objects was a third of
+    writing it. Records hold only strings, integers, booleans, None, lists, string-keyed dicts
+    and records; anything else raises _NotPlain (the caller then dumps the usual way)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list:
+        return [v if type(v) in _SCALARS else _ordered(v) for v in value]
+    order = _FIELD_ORDER.get(kind)
+    if order is not None:
+        fields = value.__dict__
+        return {k: v if type(v) in _SCALARS else _ordered(v) for k in order for v in (fields[k],)}
+    if kind is dict:
+        if not all(type(k) is str for k in value):
+            raise _NotPlain
+        return {k: v if type(v) in _SCALARS else _ordered(v) for k in sorted(value) for v in (value[k],)}
+    if isinstance(value, BaseModel) and not value.__pydantic_extra__ and not kind.model_computed_fields \
+            and not any(f.alias or f.serialization_alias for f in kind.model_fields.values()):
+        _FIELD_ORDER[kind] = tuple(sorted(kind.model_fields))
+        return _ordered(value)
+    raise _NotPlain
 
 
 def replica_sort_key(replica_id: str, model: str) -> tuple[str, int, str]:

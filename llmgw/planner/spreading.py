@@ -47,6 +47,8 @@ class Grouping:
         self.values: list[tuple[str | None, ...]] = []
         self.by_value: tuple[dict[str, list[int]], ...] = tuple({} for _ in range(levels))
         self.by_leaf: dict[str, list[int]] = {}
+        # node ordinal -> the groups sharing a leaf with it, worked out when a shard first lands there
+        self.crowds: dict[int, frozenset[int]] = {}
         ids: dict[tuple[tuple[str | None, ...], frozenset[str]], int] = {}
         for n in members:
             vals = values(n)
@@ -79,6 +81,7 @@ class SpreadIndex:
         self.touch_seen = len(fleet.touches)
         self.hosts: dict[int, int] = {}
         self.domains: tuple[dict[str, int], ...] = tuple({} for _ in range(self.levels))
+        self.grouping = grouping
         self.group_of, self.group_values = grouping.group_of, grouping.values
         self.by_value, self.by_leaf = grouping.by_value, grouping.by_leaf
         self.leaf_count = [0] * len(self.group_values)  # placed shards sharing a leaf with the group
@@ -106,15 +109,20 @@ class SpreadIndex:
         """Count the shards placed since last time; the groups whose crowding changed."""
         placed = self.fleet.placed.get(self.source, [])
         changed: set[int] = set()
+        group_of, crowds = self.group_of, self.grouping.crowds
         for o in placed[self.seen:]:
             self.hosts[o] = self.hosts.get(o, 0) + 1
             node = self.fleet.nodes[o]
-            for level, value in enumerate(self.values(node)):
+            own = group_of.get(o)  # a member's values are its group's; a shard may be on another node
+            for level, value in enumerate(self.values(node) if own is None else self.group_values[own]):
                 if value is not None:
                     counts = self.domains[level]
                     counts[value] = counts.get(value, 0) + 1
                     changed.update(self.by_value[level].get(value, ()))
-            crowded = {gid for leaf in self.fleet.leaf_set(node) for gid in self.by_leaf.get(leaf, ())}
+            crowded = crowds.get(o)
+            if crowded is None:
+                crowded = crowds[o] = frozenset(gid for leaf in self.fleet.leaf_set(node)
+                                                for gid in self.by_leaf.get(leaf, ()))
             for gid in crowded:
                 self.leaf_count[gid] += 1
             changed |= crowded

@@ -46,3 +46,14 @@ def test_actions_carry_a_code_beside_the_prose() -> None:
     gone = make_plan(inputs([], HOSTS, FACTS, state=state))
     assert [a.code for a in gone.actions] == ["model_removed", "model_removed"]
     assert all(a.code in REASON_CODES for a in [*plan.actions, *again.actions, *gone.actions])
+
+
+def test_plan_json_is_json_dumps_of_its_dump() -> None:
+    # Plan.to_json walks the records itself (keys sorted as it goes): the bytes must be those of
+    # json.dumps over pydantic's dump, with env keys out of order, non-ASCII text and nulls.
+    m = model("m2", gpu_profile(gpus=2, env={"ZZ": "1", "AA": "caf\u00e9", "MM": ""}, args=["--x", "y"]), min=3)
+    plan = make_plan(inputs([m, M], HOSTS, FACTS))
+    assert plan.unplaced and plan.desired.replicas
+    assert plan.to_json() == json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    ascii_only = make_plan(inputs([M], HOSTS, FACTS))
+    assert ascii_only.to_json() == json.dumps(ascii_only.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
