@@ -214,6 +214,10 @@ class LeafGroups:
         self.members: dict[GroupId, set[int]] = {}
         self.of: dict[int, list[GroupId]] = {}
         self.cache: dict[GroupId, dict[str, Candidate | None]] = {}
+        # Per group and source: its members in preference order when last sorted. Still in order
+        # while every node touched since has left the group (the others' preferences did not
+        # change), so a group's next candidate is a walk down it, not another sort.
+        self.orders: dict[GroupId, dict[str, list[NodeView]]] = {}
         # Every group whose cached candidates were dropped, in order: a source's ranking of the
         # groups (placement._choose_multi) recomputes only these, not every group per replica.
         self.changes: list[GroupId] = []
@@ -240,6 +244,9 @@ class LeafGroups:
                 self.cache[gid] = {src: cand for src, cand in per_source.items()
                                    if cand is None or (leaves and node not in cand[1])}
         self.changes.extend(gids)
+        if not leaves:  # still a member, and its preference changed: sort again
+            for gid in gids:
+                self.orders.pop(gid, None)
         if leaves:
             for gid in gids:
                 self.members[gid].discard(node.ordinal)

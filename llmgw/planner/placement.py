@@ -414,11 +414,25 @@ def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId)
     if need.source in per_source:
         return per_source[need.source]
     pref, cheap = _multi_prefs(fleet, need, gid[0])
-    fits = [fleet.nodes[o] for o in groups.members.get(gid, ())]
-    fits = [n for n in fits if dynamic_fault(fleet, n, need, gpus_checked=True) is None]
+    want, nodes = need.profile.nodes, fleet.nodes
+    # The first `want` nodes in preference order that pass the filters: the same set as the
+    # `want` best of those that pass (preferences differ: the name breaks ties), with the
+    # filters asked of a few nodes, not of the whole group.
+    picked: list[NodeView] = []
+    members = groups.members.get(gid, set())
+    orders = groups.orders.setdefault(gid, {})
+    order = orders.get(need.source)
+    if order is None:
+        order = orders[need.source] = sorted((nodes[o] for o in members), key=pref)
+    if want > 0:
+        for n in order:
+            if n.ordinal in members and dynamic_fault(fleet, n, need, gpus_checked=True) is None:
+                picked.append(n)
+                if len(picked) == want:
+                    break
     found: Candidate | None = None
-    if len(fits) >= need.profile.nodes:
-        cand = tuple(heapq.nsmallest(need.profile.nodes, fits, key=pref))
+    if len(picked) == want:
+        cand = tuple(picked)
         found = (cheap(cand), cand)
     per_source[need.source] = found
     return found
