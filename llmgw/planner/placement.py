@@ -401,9 +401,13 @@ def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> tuple[
 
     def cheap(c: Sequence[NodeView]) -> SetScore:
         """A set: degraded cables, weights held, whole nodes broken into, GPUs left, names."""
-        return (sum(n.degraded.get(fabric, False) for n in c), -sum(n.ordinal in holders for n in c),
-                sum(not n.partly_used for n in c), sum(n.free_count(p.gpu_class) for n in c),
-                sorted(n.ordinal for n in c))
+        degraded = held = whole = free = 0
+        for n in c:  # one pass, not four sums: a set is scored each time its group changes
+            degraded += n.degraded.get(fabric, False)
+            held += n.ordinal in holders
+            whole += not n.used
+            free += n.free_count(gpu_class)
+        return (degraded, -held, whole, free, sorted(n.ordinal for n in c))
 
     return pref, cheap
 
@@ -439,9 +443,15 @@ def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId)
 
 
 def _protocol_score(fleet: Fleet, fabric: str, cand: Sequence[NodeView], cheap: SetScore) -> tuple[object, ...]:
-    names = [n.name for n in cand]
-    return (not fleet.fabric_index.share_leaf(names, fabric), not fleet.fabric_index.rails_aligned(names, fabric),
-            *cheap, fabric)
+    # The fabric's answer for a set never changes within a plan; a group's candidate set is
+    # scored again each time it is among the best few (several times per replica).
+    key = (fabric, tuple(n.ordinal for n in cand))
+    checks = fleet.fabric_checks.get(key)
+    if checks is None:
+        names = [n.name for n in cand]
+        checks = fleet.fabric_checks[key] = (not fleet.fabric_index.share_leaf(names, fabric),
+                                             not fleet.fabric_index.rails_aligned(names, fabric))
+    return (*checks, *cheap, fabric)
 
 
 def _best_groups(fleet: Fleet, need: Need, groups: LeafGroups, k: int) -> list[RankedGroup]:
