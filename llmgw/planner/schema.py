@@ -194,11 +194,19 @@ def _ordered(value: Any) -> Any:
         if not all(type(k) is str for k in value):
             raise _NotPlain
         return {k: v if type(v) in _SCALARS else _ordered(v) for k in sorted(value) for v in (value[k],)}
-    if isinstance(value, BaseModel) and not value.__pydantic_extra__ and not kind.model_computed_fields \
-            and not any(f.alias or f.serialization_alias for f in kind.model_fields.values()):
+    if isinstance(value, BaseModel) and not value.__pydantic_extra__ and _dumps_plainly(kind):
         _FIELD_ORDER[kind] = tuple(sorted(kind.model_fields))
         return _ordered(value)
     raise _NotPlain
+
+
+def _dumps_plainly(kind: type[BaseModel]) -> bool:
+    """Whether pydantic dumps a record of this class as its fields by name, nothing added or left out."""
+    decorators = kind.__pydantic_decorators__
+    return not (kind.model_computed_fields or decorators.field_serializers or decorators.model_serializers
+                or any(f.alias or f.serialization_alias or f.exclude
+                       or any("Serializer" in type(m).__name__ for m in f.metadata)
+                       for f in kind.model_fields.values()))
 
 
 def replica_sort_key(replica_id: str, model: str) -> tuple[str, int, str]:

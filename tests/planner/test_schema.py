@@ -57,3 +57,30 @@ def test_plan_json_is_json_dumps_of_its_dump() -> None:
     assert plan.to_json() == json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     ascii_only = make_plan(inputs([M], HOSTS, FACTS))
     assert ascii_only.to_json() == json.dumps(ascii_only.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def test_records_pydantic_dumps_its_own_way_are_left_to_it() -> None:
+    # The plan's walk (schema._ordered) gives up on a record with a serializer, an excluded or
+    # aliased field, so a future schema change cannot make it write other bytes than pydantic.
+    from pydantic import BaseModel, Field, field_serializer
+
+    from llmgw.planner.schema import _NotPlain, _ordered
+
+    class Excluded(BaseModel):
+        x: int = Field(exclude=True)
+
+    class Aliased(BaseModel):
+        x: int = Field(serialization_alias="y")
+
+    class Serialized(BaseModel):
+        x: int
+
+        @field_serializer("x")
+        def _x(self, v: int) -> str:
+            return str(v)
+
+    for record in (Excluded(x=1), Aliased(x=1), Serialized(x=1)):
+        with pytest.raises(_NotPlain):
+            _ordered(record)
+    assert _ordered({"b": [1, None], "a": "x"}) == {"a": "x", "b": [1, None]}
+    assert list(_ordered({"b": 1, "a": 2})) == ["a", "b"]
