@@ -107,16 +107,17 @@ def test_two_host_replica_serves_and_is_replaced_without_a_failed_request(the_la
     hammer = Hammer(api, "pair")
     hammer.start()
     try:
-        while hammer.ok < 3 and not hammer.failures:
-            time.sleep(0.1)
+        hammer.wait_for(3, timeout=120)
+        assert hammer.ok >= 3 and not hammer.failures, (hammer.ok, hammer.failures[:5])
         moved = the_lab.ok("apply", "--auto-approve")
         done_at = hammer.ok
-        while hammer.ok < done_at + 3 and not hammer.failures:  # requests reach the new pair
-            time.sleep(0.1)
+        hammer.wait_for(3, timeout=120)  # requests reach the new pair
+        reached = hammer.ok - done_at
     finally:
         hammer.stop.set()
         hammer.join(60)
     assert hammer.failures == [], hammer.failures[:5]
+    assert reached >= 3, f"{reached} answers in 120 s after the move"
     [new] = the_lab.state.replicas
     assert new.id != replica.id and new.state == "ready", moved.stdout
     assert len(new.shards) == 2
