@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from llmgw import collector
 from llmgw.catalog import Catalog, load_catalog
 from llmgw.errors import FabricError, PlanError
 from llmgw.fabric import FabricIndex
@@ -50,6 +51,13 @@ class SiteData:
 
 def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
     """Read the catalog, inventory, facts, fabrics and state, and make the plan."""
+    # A fleet's facts and fabric index are hundreds of thousands of objects the cyclic
+    # collector would walk again and again as they load (llmgw.collector).
+    with collector.paused():
+        return _load_site_data(site, now=now)
+
+
+def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
     notes: list[str] = []
     if site.catalog_dir.is_dir():
         catalog = load_catalog(site.catalog_dir, root=site.root)
