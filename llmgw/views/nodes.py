@@ -23,6 +23,16 @@ def gpu_holders(data: SiteData) -> dict[str, dict[int, str]]:
     return out
 
 
+def replicas_by_node(data: SiteData) -> dict[str, list[str]]:
+    """node -> the ids of the replicas with a shard there, sorted (one pass over the state:
+    scanning every replica per node made `nodes` quadratic, 38 s at 4,096 hosts)."""
+    out: dict[str, set[str]] = {}
+    for r in data.state.replicas:
+        for s in r.shards:
+            out.setdefault(s.node, set()).add(r.id)
+    return {node: sorted(ids) for node, ids in out.items()}
+
+
 def fabrics_of(data: SiteData, host: str, facts: HostFacts | None) -> list[str] | None:
     """Fabric ids of the host; [] when it has no active InfiniBand port; None when not known."""
     ids = data.fabrics.fabrics_of(host)
@@ -47,10 +57,10 @@ def disk_record(filesystems: list[Filesystem]) -> dict[str, Any]:
             "filesystems": [f.model_dump(mode="json") for f in filesystems]}
 
 
-def node_record(data: SiteData, name: str, holders: dict[int, str]) -> dict[str, Any]:
+def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: list[str]) -> dict[str, Any]:
+    """`replicas`: the node's entry of `replicas_by_node`."""
     host = data.inventory.nodes[name]
     facts = data.facts.get(name)
-    replicas = sorted({r.id for r in data.state.replicas for s in r.shards if s.node == name})
     rec: dict[str, Any] = {
         "node": name, "state": host.node_state, "labels": dict(host.labels), "address": host.mgmt_address,
         "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
@@ -80,8 +90,8 @@ def node_record(data: SiteData, name: str, holders: dict[int, str]) -> dict[str,
 
 
 def nodes_view(data: SiteData) -> dict[str, Any]:
-    holders = gpu_holders(data)
-    nodes = [node_record(data, n, holders.get(n, {})) for n in sorted(data.inventory.nodes)]
+    holders, replicas = gpu_holders(data), replicas_by_node(data)
+    nodes = [node_record(data, n, holders.get(n, {}), replicas.get(n, [])) for n in sorted(data.inventory.nodes)]
     return {"nodes": nodes, "notes": list(data.notes)}
 
 
@@ -90,7 +100,7 @@ def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
     if name not in data.inventory.nodes:
         return None
     holders = gpu_holders(data).get(name, {})
-    rec = node_record(data, name, holders)
+    rec = node_record(data, name, holders, replicas_by_node(data).get(name, []))
     facts = data.facts.get(name)
     rec["gpu_list"] = None if facts is None or facts.gpus is None else [
         {"index": g.index, "name": g.name, "gpu_class": g.gpu_class, "memory_total_mb": g.memory_total_mb,
