@@ -82,8 +82,8 @@ class HostFabricMap:
 def capture_key(facts: Iterable[HostFacts]) -> tuple[tuple[str, float, str], ...]:
     """What a fabric map is made from: each capture's host, time and text digest, in the
     order `fabrics_from_facts` reads them (newest last)."""
-    captures = [f for f in facts if f.ibnetdiscover is not None]  # a few hosts of thousands: sort those only
-    return tuple((f.host, f.gathered_at.timestamp(),
-                  hashlib.blake2b(f.ibnetdiscover.encode(), digest_size=20).hexdigest())
-                 for f in sorted(captures, key=lambda f: (f.gathered_at.timestamp(), f.host))
-                 if f.ibnetdiscover is not None)
+    # A few hosts of thousands carry a capture: sort those only.
+    captures = sorted(((f, f.ibnetdiscover) for f in facts if f.ibnetdiscover is not None),
+                      key=lambda c: (c[0].gathered_at.timestamp(), c[0].host))
+    return tuple((f.host, f.gathered_at.timestamp(), hashlib.blake2b(text.encode(), digest_size=20).hexdigest())
+                 for f, text in captures)

@@ -78,9 +78,8 @@ class NodeView:
         if cached is None:
             gpus = [g for g in (self.gpus or []) if gpu_class is None or g.gpu_class == gpu_class]
             gpus.sort(key=_by_index)
-            # `g.problems` is what Gpu.healthy reads: once per node and class, ~8,000 times a plan
-            cached = GpuPool(tuple(g.index for g in gpus), tuple(g.index for g in gpus if not g.problems),
-                             tuple(g for g in gpus if g.problems))
+            cached = GpuPool(tuple(g.index for g in gpus), tuple(g.index for g in gpus if g.healthy),
+                             tuple(g for g in gpus if not g.healthy))
             self._pools[gpu_class] = cached
         return cached
 
@@ -252,7 +251,7 @@ class LeafGroups:
         if not leaves:  # still a member, and its preference changed: sort again
             for gid in gids:
                 self.orders.pop(gid, None)
-        if leaves:
+        else:
             for gid in gids:
                 self.members[gid].discard(node.ordinal)
             self.of.pop(node.ordinal, None)

@@ -66,19 +66,6 @@ def _replica_lines(new: PlannedReplica | None, old: Replica | None) -> list[str]
     return lines
 
 
-def _created_lines(new: PlannedReplica) -> list[str]:
-    """`_replica_lines(new, None)`, written out for the common case: a plan at 4,096 hosts
-    creates ~10,000 replicas, and the general case's pairing of old and new values is moot."""
-    rows = [("model", f'"{new.model}"'), ("profile", f'"{new.profile}"'), ("engine", f'"{new.engine}"'),
-            ("endpoint", f'"{new.endpoint}"')]
-    if new.fabric:
-        rows.append(("fabric", f'"{new.fabric}"'))
-    news = {s.rank: s for s in new.shards}
-    rows.extend((f"shard {rank}", _shard(news[rank])) for rank in sorted(news))
-    width = max(len(k) for k, _ in rows)
-    return [f"      {key.ljust(width)} = {value}" for key, value in rows]
-
-
 def _block(a: Action, new_by_id: dict[str, PlannedReplica], old_by_id: dict[str, Replica]) -> list[str]:
     new = new_by_id.get(a.replica or "") if a.action != "destroy" else None
     sym = _SYMBOL[a.action]
@@ -86,7 +73,7 @@ def _block(a: Action, new_by_id: dict[str, PlannedReplica], old_by_id: dict[str,
         return [f"  # model {a.model} will be updated in-place: {a.reason}", f'{sym} model "{a.model}"', ""]
     if a.action == "create":
         return [f"  # {a.replica} will be created: {a.reason}", f'{sym} replica "{a.replica}" {{',
-                *(_replica_lines(new, None) if new is None else _created_lines(new)), "    }", ""]
+                *_replica_lines(new, None), "    }", ""]
     if a.action == "replace":
         old = old_by_id.get(a.replaces or "")
         return [f"  # {a.replaces} must be replaced by {a.replica}: {a.reason}",

@@ -159,15 +159,11 @@ class SpreadIndex:
         """The node placement's order puts first now, or None when no member passes the filters."""
         dirty = self._count_placed()
         touches = self.fleet.touches
-        node_key, nodes = self.node_key, self.fleet.nodes
-        hosts, holding, gpu_class = self.hosts, self.holding, self.gpu_class
+        node_key, nodes, key_of = self.node_key, self.fleet.nodes, self._key
         for o in touches[self.touch_seen:]:
             old = node_key.get(o)
             if old is not None:  # a member not yet found failing
-                n = nodes[o]
-                # `_key(n)`, written out: every index re-keys every node a shard lands on
-                key = ((((hosts.get(o, 0) << FIELD | (o not in holding)) << FIELD | (not n.used)) << FIELD
-                        | n.free_count(gpu_class)) << FIELD | o)
+                key = key_of(nodes[o])
                 if key != old:
                     node_key[o] = key
                     gid = self.group_of[o]
