@@ -327,14 +327,16 @@ class Fleet:
             self._holder_set[source] = frozenset(n.ordinal for n in found)
         return found
 
-    def holder_set(self, source: str) -> frozenset[int]:
-        """The ordinals of `holders(source, ...)`, once that was asked."""
-        return self._holder_set[source]
+    def holder_set(self, source: str, name: str) -> frozenset[int]:
+        """The ordinals of `holders(source, name)`."""
+        found = self._holder_set.get(source)
+        if found is None:
+            self.holders(source, name)
+            found = self._holder_set[source]
+        return found
 
     def holds(self, node: NodeView, source: str, name: str) -> bool:
-        if source not in self._holder_set:
-            self.holders(source, name)
-        return node.ordinal in self._holder_set[source]
+        return node.ordinal in self.holder_set(source, name)
 
     def _track(self, members: list[NodeView], index: GpuIndex | LeafGroups) -> None:
         for n in members:

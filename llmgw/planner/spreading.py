@@ -75,8 +75,7 @@ class SpreadIndex:
         `grouping`: the members' groups by those values (`Grouping.of`)."""
         self.fleet, self.source, self.cache_name, self.gpu_class = fleet, source, cache_name, gpu_class
         self.fails, self.values, self.levels = fails, values, levels
-        fleet.holders(source, cache_name)
-        self.holding = fleet.holder_set(source)  # asked for every key: a set, not a call
+        self.holding = fleet.holder_set(source, cache_name)  # asked for every key: a set, not a call
         self.seen = 0  # entries of fleet.placed[source] counted so far
         self.touch_seen = len(fleet.touches)
         self.hosts: dict[int, int] = {}
