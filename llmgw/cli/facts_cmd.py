@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from llmgw import collector
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import FactsError
@@ -153,6 +154,7 @@ def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: 
 @click.command("nodes")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @pass_app
+@collector.paused()  # a short-lived process: see llmgw.collector
 def nodes_command(app: AppContext, as_json: bool) -> None:
     """Every node: state, free/total GPUs, memory, disk, GPU classes, fabrics, replicas, last seen.
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from rich.text import Text
 
+from llmgw import collector
 from llmgw.cli import hub_cmd, output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.models_detail import MODEL_ARG, ModelsGroup, show_model
@@ -80,6 +81,7 @@ def _controller_runs(backend: StateBackend) -> dict[str, Any]:
               help="A ready replica with no request for this long counts as idle.")
 @router_options
 @pass_app
+@collector.paused()  # a short-lived process: see llmgw.collector
 def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str, ...], no_router: bool) -> None:
     """The fleet at a glance: GPU capacity, free nodes per fabric, counts, what cannot be placed."""
     from llmgw.state.summary import site_state_summary, summary_line
@@ -103,6 +105,7 @@ def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @router_options
 @pass_app
+@collector.paused()  # a short-lived process: see llmgw.collector
 def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: bool) -> None:
     """Every model: who answers it now, replicas ready of min, and what to do about it.
 
@@ -137,6 +140,7 @@ models.add_command(hub_cmd.inspect)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @router_options
 @pass_app
+@collector.paused()  # a short-lived process: see llmgw.collector
 def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool, routers: tuple[str, ...],
              no_router: bool) -> None:
     """Every replica: shards (node:GPUs), state, age, idle time, endpoint; errors beneath."""
