@@ -3,15 +3,14 @@
 Static facts (GPUs, memory, filesystems, fabrics) are read once. Usage (GPUs, memory,
 ports, weights on the way to a filesystem) only grows while a plan is made: replicas
 are created before old ones are destroyed, so nothing freed in this plan is reused.
-That monotonicity is what lets the GPU index below stay cheap and correct.
+That monotonicity is what lets the leaf groups below (and the spread indexes) stay cheap and correct.
 
-Why long: the node views, the GPU index, the leaf groups and the fleet's accounting all
+Why long: the node views, the leaf groups and the fleet's accounting all
 change together on each `take`; apart, each would need the others' internals.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -168,36 +167,6 @@ class StaticKey:
     multi_node: bool
 
 
-class GpuIndex:
-    """The nodes that pass one StaticKey, bucketed by (partly used, free GPUs of the class).
-
-    Each bucket is a heap of node ordinals. A node that changes bucket is pushed into its
-    new one and left behind in the old, where it is skipped as stale: usage only grows,
-    so a node never returns to a bucket it left and no entry is ever pushed twice.
-    """
-
-    def __init__(self, key: StaticKey, nodes: list[NodeView]) -> None:
-        self.key = key
-        self.buckets: dict[tuple[bool, int], list[int]] = {}
-        self.where: dict[int, tuple[bool, int]] = {}
-        self.max_free = 0
-        for n in nodes:
-            self.max_free = max(self.max_free, len(n.pool(key.gpu_class).healthy))
-            self.push(n)
-
-    def slot(self, node: NodeView) -> tuple[bool, int]:
-        return node.partly_used, node.free_count(self.key.gpu_class)
-
-    def push(self, node: NodeView) -> None:
-        slot = self.slot(node)
-        if self.where.get(node.ordinal) != slot:
-            self.where[node.ordinal] = slot
-            heapq.heappush(self.buckets.setdefault(slot, []), node.ordinal)
-
-    def touched(self, node: NodeView) -> None:
-        self.push(node)
-
-
 GroupId = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)
 SetScore = tuple[int, int, int, int, list[int]]
 Candidate = tuple[SetScore, tuple["NodeView", ...]]  # a group's best set for one source, and its score
@@ -285,9 +254,8 @@ class Fleet:
         self.pending_bytes: dict[str, int] = {}
         self.static_sets: dict[StaticKey, list[NodeView]] = {}
         self.static_members: dict[StaticKey, frozenset[int]] = {}
-        self.indexes: dict[StaticKey, GpuIndex] = {}
         self.groups: dict[StaticKey, LeafGroups] = {}
-        self.member_of: dict[int, list[GpuIndex | LeafGroups]] = {}
+        self.member_of: dict[int, list[LeafGroups]] = {}
         self._holders: dict[str, list[NodeView]] = {}
         self._holder_set: dict[str, frozenset[int]] = {}
         self.live_holders: dict[tuple[StaticKey, str], list[NodeView]] = {}
@@ -338,17 +306,9 @@ class Fleet:
     def holds(self, node: NodeView, source: str, name: str) -> bool:
         return node.ordinal in self.holder_set(source, name)
 
-    def _track(self, members: list[NodeView], index: GpuIndex | LeafGroups) -> None:
+    def _track(self, members: list[NodeView], index: LeafGroups) -> None:
         for n in members:
             self.member_of.setdefault(n.ordinal, []).append(index)
-
-    def index(self, key: StaticKey, members: list[NodeView]) -> GpuIndex:
-        idx = self.indexes.get(key)
-        if idx is None:
-            idx = GpuIndex(key, members)
-            self.indexes[key] = idx
-            self._track(members, idx)
-        return idx
 
     def leaf_groups(self, key: StaticKey, members: list[NodeView]) -> LeafGroups:
         lg = self.groups.get(key)

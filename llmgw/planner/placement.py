@@ -32,7 +32,6 @@ from llmgw.planner.fleet import (
     MB_PER_GB,
     Candidate,
     Fleet,
-    GpuIndex,
     GroupId,
     LeafGroups,
     NodeView,
@@ -281,28 +280,6 @@ def spread_of(fleet: Fleet, need: Need) -> Spread | None:
     return Spread(labels, hosts, domains, tuple(leaves), by_leaf)
 
 
-def _pop_fit(fleet: Fleet, idx: GpuIndex, slot: tuple[bool, int], need: Need,
-             skip: Callable[[NodeView], bool] | None = None) -> NodeView | None:
-    """The lowest-named node in one bucket that passes the remaining filters (and is not skipped)."""
-    heap = idx.buckets.get(slot)
-    if not heap:
-        return None
-    skipped: list[int] = []
-    found: NodeView | None = None
-    while heap:
-        node = fleet.nodes[heap[0]]
-        if idx.slot(node) != slot:
-            heapq.heappop(heap)  # stale: the node moved to another bucket
-            continue
-        if (skip is None or not skip(node)) and dynamic_fault(fleet, node, need, gpus_checked=True) is None:
-            found = node
-            break
-        skipped.append(heapq.heappop(heap))
-    for o in skipped:
-        heapq.heappush(heap, o)
-    return found
-
-
 def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice | None:
     if need.gpus > 0:
         # The same order as below (zero penalty first, else the least crowded), kept up to date
@@ -323,6 +300,7 @@ def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice 
                 lambda n: dynamic_fault(fleet, n, need) is not None, values, len(labels) + 1, grouping)
         best = index.best()
         return None if best is None else Choice((best,))
+    # A CPU shard (no GPUs): few enough that looking at the nodes each time is fine.
     spread = spread_of(fleet, need)
     if spread is None:
         return _best_single(fleet, need, members)
@@ -335,18 +313,13 @@ def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice 
     fits = [n for n in members if dynamic_fault(fleet, n, need) is None]
     if not fits:
         return None
-    p = need.profile
-
-    def key(n: NodeView) -> tuple[object, ...]:
-        fit = _pack(n, p.gpu_class) if p.gpus > 0 else (bool(n.gpus), 0)
-        return (spread.penalty(n), n.ordinal not in holders, *fit, n.ordinal)
-
-    return Choice((min(fits, key=key),))
+    return Choice((min(fits, key=lambda n: (spread.penalty(n), n.ordinal not in holders, bool(n.gpus), n.ordinal)),))
 
 
 def _best_single(fleet: Fleet, need: Need, members: list[NodeView],
                  skip: Callable[[NodeView], bool] | None = None) -> Choice | None:
-    """Holders of the weights first, then CPU-only nodes for CPU shards, else best fit by GPUs."""
+    """A CPU shard's node: holders of the weights first, then nodes without GPUs, so GPU nodes
+    keep their memory for GPU work."""
     p = need.profile
     # Every filter is monotone within a plan (usage only grows), so a holder that fails once
     # is dropped for good: the list shrinks to the holders that can still take a shard.
@@ -361,18 +334,9 @@ def _best_single(fleet: Fleet, need: Need, members: list[NodeView],
         fits = [n for n in fits if not skip(n)]
     if fits:
         return Choice((min(fits, key=lambda n: (*_pack(n, p.gpu_class), n.ordinal)),))
-    if p.gpus == 0:
-        # CPU shards go to nodes without GPUs first, so GPU nodes keep their memory for GPU work.
-        for n in sorted(members, key=lambda n: (bool(n.gpus), n.ordinal)):
-            if (skip is None or not skip(n)) and dynamic_fault(fleet, n, need) is None:
-                return Choice((n,))
-        return None
-    idx = fleet.index(need.key, members)
-    for partly in (True, False):
-        for free in range(p.gpus, idx.max_free + 1):
-            node = _pop_fit(fleet, idx, (partly, free), need, skip)
-            if node is not None:
-                return Choice((node,))
+    for n in sorted(members, key=lambda n: (bool(n.gpus), n.ordinal)):
+        if (skip is None or not skip(n)) and dynamic_fault(fleet, n, need) is None:
+            return Choice((n,))
     return None
 
 
