@@ -4,7 +4,9 @@ A `FabricIndex` holds whole fabrics (every switch and cable) for the views. Plac
 asks only five questions per host, answered here from a few tuples per host, exactly
 as `FabricIndex` answers them (the same host-name matching, rail order and GUIDs). Being
 plain data, it is cheap to keep in a memo keyed by the ibnetdiscover texts it came from,
-so a plan of a large fleet does not parse megabytes of text that did not change.
+so a plan of a large fleet does not parse megabytes of text that did not change. It also
+carries each fabric's glance (`FabricGlance`: what `llmgw status` says of it), so the
+fleet at a glance does not load every switch and cable either.
 """
 
 from __future__ import annotations
@@ -24,10 +26,20 @@ HostEntry = dict[str, tuple[Places, bool]]
 
 
 @dataclass(frozen=True)
+class FabricGlance:
+    """One fabric in a line: how many switches and degraded cables, and its rails' status."""
+
+    switches: int
+    degraded_links: int
+    rails: str
+
+
+@dataclass(frozen=True)
 class HostFabricMap:
     fabric_ids: frozenset[str]
     hosts: dict[str, HostEntry]  # host as the fabric names it -> fabric id -> entry
     short: dict[str, tuple[str, ...]]  # short name -> the fabric's host names with it
+    glances: dict[str, FabricGlance]  # fabric id -> its glance, in the index's order
 
     def fabrics_of(self, host: str, /) -> list[str]:
         name = self._host(host)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from llmgw.errors import FabricError
-from llmgw.fabric.hostmap import HostEntry, HostFabricMap
+from llmgw.fabric.hostmap import FabricGlance, HostEntry, HostFabricMap
 from llmgw.fabric.parse import parse_ibnetdiscover
 from llmgw.fabric.rails import rail_places, sets_aligned
 from llmgw.fabric.structure import Adapter, Fabric, natural_key
@@ -128,7 +128,9 @@ class FabricIndex:
                                  any(a.degraded for a in adapters))
                            for fid, adapters in per_fabric.items()}
         return HostFabricMap(frozenset(self.fabrics), hosts,
-                             {short: tuple(sorted(names)) for short, names in self._short.items()})
+                             {short: tuple(sorted(names)) for short, names in self._short.items()},
+                             {fid: FabricGlance(len(f.switches), len(f.degraded_links), f.rails.status)
+                              for fid, f in self.fabrics.items()})
 
     # -- helpers ---------------------------------------------------------------------
 

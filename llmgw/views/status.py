@@ -61,8 +61,8 @@ def capacity(data: SiteData) -> tuple[list[dict[str, Any]], list[str]]:
 def whole_nodes(data: SiteData) -> list[dict[str, Any]]:
     holders = gpu_holders(data)
     out = []
-    for fid, fabric in data.fabrics.fabrics.items():
-        members = sorted(n for n in data.inventory.nodes if fid in data.fabrics.fabrics_of(n))
+    for fid, glance in data.fabric_map.glances.items():
+        members = sorted(n for n in data.inventory.nodes if fid in data.fabric_map.fabrics_of(n))
         free = []
         for n in members:
             f = data.facts.get(n)
@@ -72,8 +72,8 @@ def whole_nodes(data: SiteData) -> list[dict[str, Any]]:
         classes = sorted({g.gpu_class for n in members for g in (data.facts[n].gpus or [])
                           if n in data.facts})
         out.append({"fabric": fid, "nodes": len(members), "free_whole_nodes": len(free), "free": free,
-                    "gpu_classes": classes, "degraded_links": len(fabric.degraded_links),
-                    "rails": fabric.rails.status, "switches": len(fabric.switches)})
+                    "gpu_classes": classes, "degraded_links": glance.degraded_links,
+                    "rails": glance.rails, "switches": glance.switches})
     return out
 
 
