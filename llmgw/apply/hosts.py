@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from llmgw import ansible_content
 from llmgw.apply.controller_token import router_token
+from llmgw.apply.dashboard_site import DashboardSite
 from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.wheelhouse import engine_wheelhouse, hub_wheelhouse
 from llmgw.engines import python_requirement
@@ -58,14 +60,17 @@ class Hosts:
     def __init__(self, inventory_path: Path, inventory: Inventory, *, artifacts: Path | None,
                  forks: int = 20, extra: Mapping[str, Any] | None = None,
                  engines_playbook: str = "apply.yml", dashboard: Mapping[str, str] | None = None,
+                 dashboard_site: DashboardSite | None = None,
                  shared_cache: Callable[[str], str | None] | None = None,
                  engine_keys: EngineKeyring | None = None) -> None:
         self.inventory_path = inventory_path
         # One API key per replica (llmgw.apply.engine_keys): engines answer only the router.
         self.engine_keys = engine_keys
         self.engines_playbook = engines_playbook
-        # llmgw_router_site_* (catalog, facts, inventory on this host) for the routers' dashboard
+        # llmgw_router_* vars for the routers' dashboard, and the site's parts it shows (packed
+        # into one archive per delivery that reconverges the routers)
         self.dashboard = dict(dashboard or {})
+        self.dashboard_site = dashboard_site
         self.inventory = inventory
         self.artifacts = artifacts
         self.forks = forks
@@ -161,17 +166,23 @@ class Hosts:
         `state_only` skips installing and checking the service (done once per apply)."""
         if not self.routers:
             return []
-        result = self._run("router.yml", "routers", None,
-                           {"llmgw_router_state_src": str(state_file.resolve()),
-                            "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
-                            **({} if state_only else self.dashboard), "llmgw_wait_serial": serial,
-                            "llmgw_router_engine_keys": self._router_keys(state_file),
-                            # What routers show the controller's demand API (apply/controller_token.py).
-                            "llmgw_router_controller_token": (router_token(self.engine_keys)
-                                                              if self.engine_keys is not None else ""),
-                            "llmgw_wait_present": list(present),
-                            "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
-                           progress, capture=[WAIT_TASK])
+        with tempfile.TemporaryDirectory(prefix="llmgw-dashboard-") as tmp:
+            site: dict[str, str] = {}
+            if not state_only:
+                site = dict(self.dashboard)
+                if self.dashboard_site is not None:
+                    site["llmgw_router_site_bundle"] = str(self.dashboard_site.pack(Path(tmp) / "site.tar"))
+            result = self._run("router.yml", "routers", None,
+                               {"llmgw_router_state_src": str(state_file.resolve()),
+                                "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
+                                **site, "llmgw_wait_serial": serial,
+                                "llmgw_router_engine_keys": self._router_keys(state_file),
+                                # What routers show the controller's demand API (apply/controller_token.py).
+                                "llmgw_router_controller_token": (router_token(self.engine_keys)
+                                                                  if self.engine_keys is not None else ""),
+                                "llmgw_wait_present": list(present),
+                                "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
+                               progress, capture=[WAIT_TASK])
         views = []
         for host in self.routers:
             res = result.results.get(host, {}).get(WAIT_TASK)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from llmgw.apply.dashboard_site import DashboardSite
 from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.executor import Applier, Say
 from llmgw.apply.hosts import Hosts, Progress
@@ -23,15 +24,14 @@ from llmgw.weights.shared import shared_cache_key
 
 def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") -> Hosts:
     artifacts = site.path(site.config.engine_artifacts) if site.config.engine_artifacts else None
-    dashboard = {"llmgw_router_site_catalog": str(site.catalog_dir),
-                 "llmgw_router_site_facts": str(site.facts_dir) if site.facts_dir.is_dir() else "",
-                 "llmgw_router_site_inventory": str(site.inventory) if site.inventory.is_file() else "",
-                 "llmgw_router_site_prometheus": site.config.prometheus or "",
+    dashboard = {"llmgw_router_site_prometheus": site.config.prometheus or "",
                  # what routers may follow (llmgw_router_state_follow); none for a file state
                  "llmgw_router_state_url": site.config.state if is_state_url(site.config.state) else ""}
     inventory = load_inventory(site.inventory)
     return Hosts(site.inventory, inventory, artifacts=artifacts, forks=forks,
-                 engines_playbook=engines_playbook, dashboard=dashboard, extra=weights_host_vars(site),
+                 engines_playbook=engines_playbook, dashboard=dashboard,
+                 dashboard_site=DashboardSite(site.catalog_dir, site.facts_dir, site.inventory),
+                 extra=weights_host_vars(site),
                  shared_cache=shared_caches(site, inventory), engine_keys=EngineKeyring.beside(site.state_file))
 
 

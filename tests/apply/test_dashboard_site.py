@@ -1,0 +1,79 @@
+"""The routers' dashboard copy of the site, packed into one archive (llmgw.apply.dashboard_site)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from llmgw.apply.dashboard_site import DashboardSite
+from llmgw.errors import RunnerError
+
+
+def _site(root: Path) -> DashboardSite:
+    (root / "catalog" / "team").mkdir(parents=True)
+    (root / "catalog" / "models.yaml").write_text("models: []\n")
+    (root / "catalog" / "team" / "more.yaml").write_text("models: []  # team\n")
+    (root / "facts").mkdir()
+    for i in range(3):
+        (root / "facts" / f"node-{i}.json").write_text(f'{{"host": "node-{i}"}}\n')
+    (root / "hosts.yml").write_text("all: {}\n")
+    return DashboardSite(root / "catalog", root / "facts", root / "hosts.yml")
+
+
+def test_the_archive_holds_the_catalog_facts_and_inventory_as_gnu_tar_unpacks_them(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site")
+    bundle = site.pack(tmp_path / "site.tar")
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run(["tar", "-xf", str(bundle), "-C", str(out)], check=True)  # what unarchive runs on a router
+    found = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert found == ["catalog/models.yaml", "catalog/team/more.yaml", "facts/node-0.json", "facts/node-1.json",
+                     "facts/node-2.json", "hosts.yml"]
+    assert (out / "catalog" / "team" / "more.yaml").read_text() == "models: []  # team\n"
+
+
+def test_the_same_files_give_the_same_bytes_whatever_their_times(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site")
+    first = site.pack(tmp_path / "a.tar").read_bytes()
+    os.utime(tmp_path / "site" / "facts" / "node-1.json", (1, 1))
+    assert site.pack(tmp_path / "b.tar").read_bytes() == first  # an unchanged site is not sent again
+    (tmp_path / "site" / "facts" / "node-1.json").write_text('{"host": "node-1", "cpus": 8}\n')
+    assert site.pack(tmp_path / "c.tar").read_bytes() != first
+
+
+def test_members_are_plain_files_and_folders_owned_by_root_with_fixed_modes(tmp_path: Path) -> None:
+    with tarfile.open(_site(tmp_path / "site").pack(tmp_path / "site.tar")) as tar:
+        members = tar.getmembers()
+    assert {m.type for m in members} == {tarfile.REGTYPE, tarfile.DIRTYPE}
+    assert {(m.uid, m.gid, m.mtime) for m in members} == {(0, 0, 0)}
+    assert {m.mode for m in members if m.isfile()} == {0o640}
+    assert {m.mode for m in members if m.isdir()} == {0o750}
+    names = [m.name for m in members]
+    assert names.index("catalog/team") < names.index("catalog/team/more.yaml")  # a folder before its files
+
+
+def test_a_link_inside_the_folder_is_followed_and_one_leaving_it_is_refused(tmp_path: Path) -> None:
+    site = _site(tmp_path / "site")
+    (tmp_path / "site" / "catalog" / "alias.yaml").symlink_to("models.yaml")
+    with tarfile.open(site.pack(tmp_path / "site.tar")) as tar:
+        alias = tar.getmember("catalog/alias.yaml")
+        assert alias.isfile()
+        assert tar.extractfile(alias).read() == b"models: []\n"  # type: ignore[union-attr]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET")
+    (tmp_path / "site" / "facts" / "leak.json").symlink_to(secret)
+    with pytest.raises(RunnerError, match=r"leak\.json is a link to .*secret\.txt, outside") as err:
+        site.pack(tmp_path / "site2.tar")
+    assert "SECRET" not in str(err.value)
+
+
+def test_a_site_without_facts_or_inventory_packs_the_catalog_alone(tmp_path: Path) -> None:
+    (tmp_path / "catalog").mkdir()
+    (tmp_path / "catalog" / "m.yaml").write_text("models: []\n")
+    site = DashboardSite(tmp_path / "catalog", tmp_path / "facts", tmp_path / "hosts.yml")
+    with tarfile.open(site.pack(tmp_path / "site.tar")) as tar:
+        assert tar.getnames() == ["catalog", "catalog/m.yaml"]
