@@ -190,7 +190,7 @@ class LeafGroups:
         # Per group and source: its members in preference order when last sorted. Still in order
         # while every node touched since has left the group (the others' preferences did not
         # change), so a group's next candidate is a walk down it, not another sort.
-        self.orders: dict[GroupId, dict[str, list[NodeView]]] = {}
+        self.orders: dict[GroupId, dict[str | None, list[NodeView]]] = {}  # None: sources held on none
         # Every group whose cached candidates were dropped, in order: a source's ranking of the
         # groups (placement._choose_multi) recomputes only these, not every group per replica.
         self.changes: list[GroupId] = []

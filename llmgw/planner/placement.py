@@ -384,9 +384,12 @@ def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId)
     picked: list[NodeView] = []
     members = groups.members.get(gid, set())
     orders = groups.orders.setdefault(gid, {})
-    order = orders.get(need.source)
+    # Holding the weights is the only part of the order that differs between sources, so every
+    # source holding them on none of the group's nodes (most sources, in most groups) shares one.
+    shared = fleet.holder_set(need.source, need.cache_name).isdisjoint(members)
+    order = orders.get(None if shared else need.source)
     if order is None:
-        order = orders[need.source] = sorted((nodes[o] for o in members), key=pref)
+        order = orders[None if shared else need.source] = sorted((nodes[o] for o in members), key=pref)
     if want > 0:
         for n in order:
             if n.ordinal in members and dynamic_fault(fleet, n, need, gpus_checked=True) is None:
