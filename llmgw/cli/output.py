@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -11,14 +10,16 @@ from rich.console import Console
 from rich.table import Table
 
 from llmgw.errors import LlmgwError
+from llmgw.yamlio import json_text
 
 console = Console(highlight=False, soft_wrap=False)
 err_console = Console(stderr=True, highlight=False)
 
 
 def print_json(data: Any) -> None:
-    """Stable JSON on stdout: sorted keys, so scripts and diffs see the same bytes each run."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Stable JSON on stdout: sorted keys, so scripts and diffs see the same bytes each run
+    (json.dumps's, written by pydantic-core where that is byte-identical: llmgw.yamlio)."""
+    sys.stdout.write(json_text(data, default=str))
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None) -> Table:
