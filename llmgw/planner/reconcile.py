@@ -514,12 +514,15 @@ class _Planner:
         Apply brings each replacement up before its predecessor goes, so a move alone never
         drops a model below its floor; only what cannot be replaced anywhere does.
         """
+        ready: dict[str, int] = {}  # counted once: a scan of the state per model was quadratic
+        for r in self.state.replicas:
+            if r.state == "ready":
+                ready[r.model] = ready.get(r.model, 0) + 1
         notes = []
         for m in self.catalog:
-            ready = sum(1 for r in self.state.replicas if r.model == m.name and r.state == "ready")
-            after = placed.get(m.name, 0)
-            if after < m.scaling.min and after < ready:
-                notes.append(f"{m.name}: capacity cannot keep the floor: {ready} ready replicas now, {after} after "
+            ready_now, after = ready.get(m.name, 0), placed.get(m.name, 0)
+            if after < m.scaling.min and after < ready_now:
+                notes.append(f"{m.name}: capacity cannot keep the floor: {ready_now} ready replicas now, {after} after "
                              f"this apply, scaling.min {m.scaling.min} (see the models that cannot be placed)")
         return notes
 
