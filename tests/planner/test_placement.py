@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llmgw.facts.records import Weights
 from llmgw.planner import MapFabrics, Plan, make_plan
+from llmgw.planner.fleet import Fleet
 from llmgw.weights.names import cache_name
 from tests.support.plan_inputs import cpu_profile, facts, gpu_profile, gpus, host, inputs, model
 
@@ -122,6 +123,21 @@ def test_operator_file_counts_as_holding_the_weights() -> None:
     own = Weights(path="/models/weights.gguf", size_bytes=1, cache=False)
     plan = make_plan(inputs([m], [host("a"), host("b")], [facts("a", 8), facts("b", 8, weights=[own])]))
     assert placed_on(plan, "m") == [["b"]]
+
+
+def test_holders_are_found_by_cache_entry_file_path_and_file_name_in_name_order() -> None:
+    src = "file:///srv/models/w.gguf"
+    cached = Weights(path="/var/cache/llmgw/x", size_bytes=1, cache=True, cache_name=cache_name(src))
+    same_path = Weights(path="/srv/models/w.gguf", size_bytes=1, cache=False)
+    same_name = Weights(path="/elsewhere/w.gguf", size_bytes=1, cache=False)
+    other = Weights(path="/srv/models/v.gguf", size_bytes=1, cache=False)
+    inp = inputs([model("m", gpu_profile(gpus=1), source=src)], [host(n) for n in "abcde"],
+                 [facts("e", 8, weights=[cached]), facts("a", 8, weights=[same_path]),
+                  facts("c", 8, weights=[same_name, same_path]), facts("d", 8, weights=[other]), facts("b", 8)])
+    fleet = Fleet(inp.nodes, inp.facts, inp.fabrics, inp.ports)
+    assert [n.name for n in fleet.holders(src, cache_name(src))] == ["a", "c", "e"]
+    assert fleet.holder_set(src, cache_name(src)) == {0, 2, 4}
+    assert fleet.holders("file:///nowhere/u.gguf", cache_name("file:///nowhere/u.gguf")) == []
 
 
 def test_cpu_profiles_prefer_nodes_without_gpus() -> None:
