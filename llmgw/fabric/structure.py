@@ -201,16 +201,18 @@ class Fabric:
         counts: Counter[str] = Counter(s.tier or "unreached" for s in self.switches)
         return {t: counts[t] for t in (*TIER_ORDER, "unreached") if counts[t]}
 
+    def summary(self) -> dict[str, Any]:
+        """The counts a list of fabrics shows, without writing every switch and cable out."""
+        return {"switches": self.tier_counts(), "hosts": len(self.hosts),
+                "adapters": sum(len(a) for a in self.hosts.values()), "links": len(self.links),
+                "degraded_links": len(self.degraded_links), "rails": self.rails.status}
+
     def to_json(self) -> dict[str, Any]:
-        adapters = sum(len(a) for a in self.hosts.values())
         return {
             "id": self.id,
             "source": self.source,
             "format": self.format,
-            "summary": {"switches": self.tier_counts(), "hosts": len(self.hosts),
-                        "adapters": adapters, "links": len(self.links),
-                        "degraded_links": len(self.degraded_links),
-                        "rails": self.rails.status},
+            "summary": self.summary(),
             "expected_rates": {k: str(v) for k, v in sorted(self.expected_rates.items())},
             "switches": [s.to_json() for s in self.switches],
             "hosts": [{"host": h, "adapters": [a.to_json() for a in ads]}

@@ -31,8 +31,7 @@ GUTTER = 110  # left of the drawing: the tier labels
 def fabrics_list(data: SiteData) -> list[dict[str, Any]]:
     out = []
     for fid, f in data.fabrics.fabrics.items():
-        j = f.to_json()
-        out.append({"id": fid, "source": f.source, **j["summary"],
+        out.append({"id": fid, "source": f.source, **f.summary(),
                     "nodes": sorted(h for h in f.hosts if h in data.inventory.nodes)})
     return out
 
