@@ -32,6 +32,7 @@ from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
 from llmgw.views.status import status_view
 from llmgw.views.text import duration, human_bytes
+from llmgw.web import fabric_svg
 from llmgw.web.history import history_router
 
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
@@ -196,10 +197,14 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
             f = data.fabrics.find(fabric_id)
         except FabricError as exc:
             return not_found(request, exc.message)
-        summary = f.to_json()
+        # What the page says of the fabric: not f.to_json(), every switch and cable written out again.
+        summary = {"id": f.id, "summary": f.summary(), "rails": f.rails.to_json(), "notes": list(f.notes),
+                   "degraded_links": [link.degraded_json() for link in f.degraded_links]}
+        drawing = fabric_drawing(f)
         nodes = set(data.inventory.nodes)
-        return page("fabric.html", request, title=f"Fabric {f.id}", fabric=summary, drawing=fabric_drawing(f),
-                    nodes=sorted(h for h in f.hosts if h in nodes))
+        return page("fabric.html", request, title=f"Fabric {f.id}", fabric=summary, drawing=drawing,
+                    cables=fabric_svg.cables(drawing), switches=fabric_svg.switches(drawing),
+                    adapters=fabric_svg.adapters(drawing), nodes=sorted(h for h in f.hosts if h in nodes))
 
     @api.post("/api/v1/downloads", include_in_schema=False)
     async def post_downloads(request: Request) -> Response:

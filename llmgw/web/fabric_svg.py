@@ -1,0 +1,67 @@
+"""The fabric page's SVG elements (cables, switches, adapters), written in Python.
+
+A 4,096-host fabric with 8 rails draws some 98,000 cables, 33,000 adapters and 3,700
+switches. Written by the template's loops (a dozen escaped, filtered expressions each) that
+took 12 of the page's 14 s; the same markup from f-strings takes a fraction of it. Every
+value goes through markupsafe's `escape`, as the template's autoescaping did, and numbers
+are rounded as Jinja's `round(1)` filter rounds them (Python's `round`), so the page is the
+same bytes it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markupsafe import Markup, escape
+
+
+def _r(value: float) -> float:
+    return round(value, 1)
+
+
+def cables(drawing: dict[str, Any]) -> Markup:
+    out = []
+    for c in drawing["links"]:
+        out.append(
+            f'<line class="el cable{" degraded" if c["degraded"] else ""}" data-a="{escape(c["a"])}" '
+            f'data-b="{escape(c["b"])}" data-rate="{escape(c["rate"])}" data-kind="{escape(c["kind"])}" '
+            f'data-degraded="{"true" if c["degraded"] else "false"}"\n'
+            f'      x1="{_r(c["x1"])}" y1="{_r(c["y1"])}" x2="{_r(c["x2"])}" y2="{_r(c["y2"])}" '
+            f'stroke="{escape(c["colour"])}"><title>{escape(c["title"])}</title></line>\n')
+    return Markup("".join(out))  # every value above is escaped
+
+
+def switches(drawing: dict[str, Any]) -> Markup:
+    out = []
+    for s in drawing["switches"]:
+        tier, name = escape(s["tier"]), escape(s["name"])
+        out.append(
+            f'<g class="el node switch tier-{tier}" data-key="{escape(s["key"])}" data-tier="{tier}" '
+            f'data-name="{name}" tabindex="0">\n'
+            f'    <rect x="{_r(s["x"])}" y="{_r(s["y"])}" width="{escape(s["w"])}" height="{escape(s["h"])}" '
+            f'rx="5"></rect>\n'
+            f'    <text x="{_r(s["x"] + s["w"] / 2)}" y="{_r(s["y"] + s["h"] / 2 + 4)}">{escape(s["short"])}</text>\n'
+            f'    <title>{name} ({tier}, {escape(s["guid"])})</title>\n'
+            f'  </g>\n')
+    return Markup("".join(out))  # every value above is escaped
+
+
+def adapters(drawing: dict[str, Any]) -> Markup:
+    out = []
+    for a in drawing["adapters"]:
+        label = escape(a["label"])
+        title = (f'{label} port {escape(a["port"])}'
+                 + (f', rail {escape(a["rail"])}' if a["rail"] else "")
+                 + (f', {escape(a["rate"])}' if a["rate"] else "")
+                 + (f' (degraded, expected {escape(a["expected"])})' if a["degraded"] else ""))
+        out.append(
+            f'<g class="el node adapter{" degraded" if a["degraded"] else ""}'
+            f'{" endpoint" if a["kind"] == "endpoint" else ""}" data-key="{escape(a["key"])}" '
+            f'data-host="{escape(a["host"] or "")}" data-rail="{escape(a["rail"] or "")}" tabindex="0">\n'
+            f'    <rect x="{_r(a["x"])}" y="{_r(a["y"])}" width="{escape(a["w"])}" height="{escape(a["h"])}" rx="2" '
+            f'fill="{escape(a["colour"])}"></rect>\n'
+            f'    <text class="ad-label" transform="translate({_r(a["x"] + a["w"] / 2 + 3.5)} '
+            f'{_r(a["y"] + a["h"] + 6)}) rotate(90)">{label}</text>\n'
+            f'    <title>{title}</title>\n'
+            f'  </g>\n')
+    return Markup("".join(out))  # every value above is escaped
