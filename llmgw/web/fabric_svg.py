@@ -10,6 +10,7 @@ same bytes it was.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -19,43 +20,48 @@ def _r(value: float) -> float:
     return round(value, 1)
 
 
+def _markup(items: list[dict[str, Any]], element: Callable[[dict[str, Any]], str]) -> Markup:
+    return Markup("".join(map(element, items)))  # every value in an element is escaped
+
+
 def cables(drawing: dict[str, Any]) -> Markup:
-    out = []
-    for c in drawing["links"]:
-        out.append(
-            f'<line class="el cable{" degraded" if c["degraded"] else ""}" data-a="{escape(c["a"])}" '
+    return _markup(drawing["links"], _cable)
+
+
+def switches(drawing: dict[str, Any]) -> Markup:
+    return _markup(drawing["switches"], _switch)
+
+
+def adapters(drawing: dict[str, Any]) -> Markup:
+    return _markup(drawing["adapters"], _adapter)
+
+
+def _cable(c: dict[str, Any]) -> str:
+    return (f'<line class="el cable{" degraded" if c["degraded"] else ""}" data-a="{escape(c["a"])}" '
             f'data-b="{escape(c["b"])}" data-rate="{escape(c["rate"])}" data-kind="{escape(c["kind"])}" '
             f'data-degraded="{"true" if c["degraded"] else "false"}"\n'
             f'      x1="{_r(c["x1"])}" y1="{_r(c["y1"])}" x2="{_r(c["x2"])}" y2="{_r(c["y2"])}" '
             f'stroke="{escape(c["colour"])}"><title>{escape(c["title"])}</title></line>\n')
-    return Markup("".join(out))  # every value above is escaped
 
 
-def switches(drawing: dict[str, Any]) -> Markup:
-    out = []
-    for s in drawing["switches"]:
-        tier, name = escape(s["tier"]), escape(s["name"])
-        out.append(
-            f'<g class="el node switch tier-{tier}" data-key="{escape(s["key"])}" data-tier="{tier}" '
+def _switch(s: dict[str, Any]) -> str:
+    tier, name = escape(s["tier"]), escape(s["name"])
+    return (f'<g class="el node switch tier-{tier}" data-key="{escape(s["key"])}" data-tier="{tier}" '
             f'data-name="{name}" tabindex="0">\n'
             f'    <rect x="{_r(s["x"])}" y="{_r(s["y"])}" width="{escape(s["w"])}" height="{escape(s["h"])}" '
             f'rx="5"></rect>\n'
             f'    <text x="{_r(s["x"] + s["w"] / 2)}" y="{_r(s["y"] + s["h"] / 2 + 4)}">{escape(s["short"])}</text>\n'
             f'    <title>{name} ({tier}, {escape(s["guid"])})</title>\n'
             f'  </g>\n')
-    return Markup("".join(out))  # every value above is escaped
 
 
-def adapters(drawing: dict[str, Any]) -> Markup:
-    out = []
-    for a in drawing["adapters"]:
-        label = escape(a["label"])
-        title = (f'{label} port {escape(a["port"])}'
-                 + (f', rail {escape(a["rail"])}' if a["rail"] else "")
-                 + (f', {escape(a["rate"])}' if a["rate"] else "")
-                 + (f' (degraded, expected {escape(a["expected"])})' if a["degraded"] else ""))
-        out.append(
-            f'<g class="el node adapter{" degraded" if a["degraded"] else ""}'
+def _adapter(a: dict[str, Any]) -> str:
+    label = escape(a["label"])
+    title = (f'{label} port {escape(a["port"])}'
+             + (f', rail {escape(a["rail"])}' if a["rail"] else "")
+             + (f', {escape(a["rate"])}' if a["rate"] else "")
+             + (f' (degraded, expected {escape(a["expected"])})' if a["degraded"] else ""))
+    return (f'<g class="el node adapter{" degraded" if a["degraded"] else ""}'
             f'{" endpoint" if a["kind"] == "endpoint" else ""}" data-key="{escape(a["key"])}" '
             f'data-host="{escape(a["host"] or "")}" data-rail="{escape(a["rail"] or "")}" tabindex="0">\n'
             f'    <rect x="{_r(a["x"])}" y="{_r(a["y"])}" width="{escape(a["w"])}" height="{escape(a["h"])}" rx="2" '
@@ -64,4 +70,3 @@ def adapters(drawing: dict[str, Any]) -> Markup:
             f'{_r(a["y"] + a["h"] + 6)}) rotate(90)">{label}</text>\n'
             f'    <title>{title}</title>\n'
             f'  </g>\n')
-    return Markup("".join(out))  # every value above is escaped
