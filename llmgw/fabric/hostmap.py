@@ -36,10 +36,9 @@ class FabricGlance:
 
 @dataclass(frozen=True)
 class HostFabricMap:
-    fabric_ids: frozenset[str]
+    glances: dict[str, FabricGlance]  # every fabric id -> its glance, in the index's order
     hosts: dict[str, HostEntry]  # host as the fabric names it -> fabric id -> entry
     short: dict[str, tuple[str, ...]]  # short name -> the fabric's host names with it
-    glances: dict[str, FabricGlance]  # fabric id -> its glance, in the index's order
 
     def fabrics_of(self, host: str, /) -> list[str]:
         name = self._host(host)
@@ -71,8 +70,8 @@ class HostFabricMap:
         return sets_aligned([{rail: guid for rail, _, guid in self._places(h, fabric_id)} for h in hosts])
 
     def _fabric(self, fabric_id: str) -> None:
-        if fabric_id not in self.fabric_ids:
-            raise FabricError(f"no fabric {fabric_id!r} (known: {', '.join(sorted(self.fabric_ids)) or 'none'})",
+        if fabric_id not in self.glances:
+            raise FabricError(f"no fabric {fabric_id!r} (known: {', '.join(sorted(self.glances)) or 'none'})",
                               fabric=fabric_id)
 
     def _host(self, host: str) -> str | None:

@@ -127,10 +127,9 @@ class FabricIndex:
                                        if a.switch is not None and a.switch_guid is not None),
                                  any(a.degraded for a in adapters))
                            for fid, adapters in per_fabric.items()}
-        return HostFabricMap(frozenset(self.fabrics), hosts,
-                             {short: tuple(sorted(names)) for short, names in self._short.items()},
-                             {fid: FabricGlance(len(f.switches), len(f.degraded_links), f.rails.status)
-                              for fid, f in self.fabrics.items()})
+        return HostFabricMap({fid: FabricGlance(len(f.switches), len(f.degraded_links), f.rails.status)
+                              for fid, f in self.fabrics.items()}, hosts,
+                             {short: tuple(sorted(names)) for short, names in self._short.items()})
 
     # -- helpers ---------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ class SiteData:
         pages and the nodes view need it, the glance views do not (at 4,096 hosts it is 19 MB
         of memo, half a second to load). Its texts parsed for `fabric_map` already; an empty
         index when they did not."""
-        if not self.fabric_map.fabric_ids:
+        if not self.fabric_map.glances:
             return FabricIndex({})
         with collector.paused():  # the dashboard asks outside any command's pause
             return memo_fabric_index(self.facts, self.site.facts_dir.resolve())
@@ -88,7 +88,7 @@ def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
     try:
         fabric_map = placement_fabrics(facts, site.facts_dir.resolve())  # parsed once per change
     except FabricError as exc:
-        fabric_map = HostFabricMap(frozenset(), {}, {}, {})
+        fabric_map = HostFabricMap({}, {}, {})
         notes.append(f"fabrics unknown: {exc.message}")
     nodes = inventory.nodes
     node_facts = {h: f for h, f in facts.items() if h in nodes}
