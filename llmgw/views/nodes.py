@@ -35,7 +35,7 @@ def replicas_by_node(data: SiteData) -> dict[str, list[str]]:
 
 def fabrics_of(data: SiteData, host: str, facts: HostFacts | None) -> list[str] | None:
     """Fabric ids of the host; [] when it has no active InfiniBand port; None when not known."""
-    ids = data.fabrics.fabrics_of(host)
+    ids = data.fabric_map.fabrics_of(host)
     if ids:
         return ids
     if facts is None or facts.ib_adapters is None:

@@ -53,9 +53,9 @@ class SiteData:
     @cached_property
     def fabrics(self) -> FabricIndex:
         """Every fabric whole (switches, cables, adapters), loaded when first asked: the fabric
-        pages and the nodes view need it, the glance views do not (at 4,096 hosts it is 19 MB
-        of memo, half a second to load). Its texts parsed for `fabric_map` already; an empty
-        index when they did not."""
+        pages and a node's detail (its adapters) need it, the lists and the glance do not (at
+        4,096 hosts it is 19 MB of memo, half a second to load). Its texts parsed for
+        `fabric_map` already; an empty index when they did not."""
         if not self.fabric_map.glances:
             return FabricIndex({})
         with collector.paused():  # the dashboard asks outside any command's pause
