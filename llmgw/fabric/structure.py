@@ -207,21 +207,28 @@ class Fabric:
                 "adapters": sum(len(a) for a in self.hosts.values()), "links": len(self.links),
                 "degraded_links": len(self.degraded_links), "rails": self.rails.status}
 
-    def to_json(self) -> dict[str, Any]:
+    def overview(self) -> dict[str, Any]:
+        """Everything but the switches, hosts, endpoints and cables themselves: what the
+        dashboard's fabric page says beside its drawing."""
         return {
             "id": self.id,
             "source": self.source,
             "format": self.format,
             "summary": self.summary(),
             "expected_rates": {k: str(v) for k, v in sorted(self.expected_rates.items())},
+            "degraded_links": [link.degraded_json() for link in self.degraded_links],
+            "rails": self.rails.to_json(),
+            "notes": list(self.notes),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.overview(),
             "switches": [s.to_json() for s in self.switches],
             "hosts": [{"host": h, "adapters": [a.to_json() for a in ads]}
                       for h, ads in self.hosts.items()],
             "endpoints": [e.to_json() for e in self.endpoints],
             "links": [link.to_json() for link in self.links],
-            "degraded_links": [link.degraded_json() for link in self.degraded_links],
-            "rails": self.rails.to_json(),
-            "notes": list(self.notes),
         }
 
 

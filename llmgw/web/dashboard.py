@@ -197,12 +197,9 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
             f = data.fabrics.find(fabric_id)
         except FabricError as exc:
             return not_found(request, exc.message)
-        # What the page says of the fabric: not f.to_json(), every switch and cable written out again.
-        summary = {"id": f.id, "summary": f.summary(), "rails": f.rails.to_json(), "notes": list(f.notes),
-                   "degraded_links": [link.degraded_json() for link in f.degraded_links]}
         drawing = fabric_drawing(f)
         nodes = set(data.inventory.nodes)
-        return page("fabric.html", request, title=f"Fabric {f.id}", fabric=summary, drawing=drawing,
+        return page("fabric.html", request, title=f"Fabric {f.id}", fabric=f.overview(), drawing=drawing,
                     cables=fabric_svg.cables(drawing), switches=fabric_svg.switches(drawing),
                     adapters=fabric_svg.adapters(drawing), nodes=sorted(h for h in f.hosts if h in nodes))
 
