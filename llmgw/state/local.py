@@ -23,20 +23,36 @@ from llmgw.state.backend import new_lock_id as _new_lock_id
 from llmgw.state.model import State, parse_state
 from llmgw.yamlio import atomic_write
 
+# The last state parsed, by file identity. `llmgw status` reads the state for its views and again
+# through the backend for the summary; the dashboard on every page: parse each version of the file
+# once (0.1 s a parse at 10,000 replicas). Every write is a rename (a new inode), so the file's
+# identity says whether it is still that version; a State is frozen, so sharing it is safe.
+_last: tuple[tuple[str, int, int, int], State] | None = None
+
 
 def read_state(path: Path) -> State:
     """The state at `path`; an absent file is the empty state at serial 0."""
+    global _last
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            st = os.fstat(fh.fileno())
+            key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+            if _last is not None and _last[0] == key:
+                return _last[1]
+            data = fh.read()
     except FileNotFoundError:
         return State(lineage="")
     except OSError as exc:
         raise StateError(f"cannot read state file {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:  # say where, as for every file llmgw reads
-        line = path.read_bytes().count(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
         raise StateError(f"state file {path}:{line}: is not UTF-8 text (byte offset {exc.start})",
                          hint="restore the state file from its backend or version control") from None
-    return parse_state(text, f"state file {path}")
+    state = parse_state(text, f"state file {path}")
+    _last = (key, state)
+    return state
 
 
 def write_state(path: Path, state: State, *, expect_serial: int | None = None) -> State:
@@ -99,20 +115,9 @@ class LocalBackend(StateBackend):
     def __init__(self, path: Path) -> None:
         self.path = path
         self.where = str(path)
-        self._last: tuple[tuple[int, int, int], State] | None = None
 
     def read(self) -> State:
-        # `llmgw status` asks for the state, then its history and lineage, of one backend:
-        # parse each version of the file once (0.1 s a parse at 10,000 replicas). Every write
-        # is a rename (a new inode), so the file's identity says whether it is still that version.
-        try:
-            st = self.path.stat()
-        except OSError:
-            return read_state(self.path)  # absent: the empty state; unreadable: read_state says why
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if self._last is None or self._last[0] != key:
-            self._last = (key, read_state(self.path))
-        return self._last[1]
+        return read_state(self.path)
 
     def close(self) -> None:
         """Nothing to release: every call opens and closes the file."""

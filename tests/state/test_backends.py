@@ -24,6 +24,7 @@ from llmgw.state import (
     WriteMeta,
     open_backend,
 )
+from llmgw.state.local import read_state
 from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -217,3 +218,22 @@ def test_the_password_can_come_from_a_file(pg_state: str, tmp_path: Path, monkey
     monkeypatch.setenv("LLMGW_STATE_PASSWORD_FILE", str(tmp_path / "missing"))
     with pytest.raises(StateError, match="LLMGW_STATE_PASSWORD_FILE"):
         open_backend(pg_state, root=tmp_path)
+
+
+def test_each_version_of_a_local_state_file_is_parsed_once(tmp_path: Path) -> None:
+    # `llmgw status` and the dashboard read the state through several paths in one process.
+    path = tmp_path / "state.json"
+    first = LocalBackend(path).write(State(lineage="", replicas=[replica("m-1")]), expect_serial=0)
+    assert read_state(path) is read_state(path) is LocalBackend(path).read()
+    assert read_state(path) == first
+    second = LocalBackend(path).write(first.model_copy(update={"replicas": []}), expect_serial=1)
+    parsed = read_state(path)
+    assert parsed.serial == 2 and parsed == second  # a rename: a new file
+    # Edited in place (the same inode): its size changed, so it is parsed again.
+    text = path.read_text()
+    path.write_text(text.replace('"replicas": []', '"replicas": [ ]'))
+    again = read_state(path)
+    assert again == second and again is not parsed
+    path.write_text("{not json")
+    with pytest.raises(StateError):
+        read_state(path)
