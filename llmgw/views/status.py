@@ -27,8 +27,7 @@ from llmgw.views.sitedata import SiteData
 from llmgw.views.text import percent
 
 
-def capacity(data: SiteData) -> tuple[list[dict[str, Any]], list[str]]:
-    holders = gpu_holders(data)
+def capacity(data: SiteData, holders: dict[str, dict[int, str]]) -> tuple[list[dict[str, Any]], list[str]]:
     classes: dict[str, dict[str, Any]] = {}
     unknown = []
     for name, host in sorted(data.inventory.nodes.items()):
@@ -58,27 +57,32 @@ def capacity(data: SiteData) -> tuple[list[dict[str, Any]], list[str]]:
     return out, unknown
 
 
-def whole_nodes(data: SiteData) -> list[dict[str, Any]]:
-    holders = gpu_holders(data)
-    out = []
-    for fid, glance in data.fabric_map.glances.items():
-        members = sorted(n for n in data.inventory.nodes if fid in data.fabric_map.fabrics_of(n))
-        free = []
-        for n in members:
-            f = data.facts.get(n)
-            if (data.inventory.nodes[n].node_state == "ready" and f is not None and f.gpus
-                    and all(g.healthy for g in f.gpus) and not holders.get(n)):
-                free.append(n)
-        classes = sorted({g.gpu_class for n in members for g in (data.facts[n].gpus or [])
-                          if n in data.facts})
-        out.append({"fabric": fid, "nodes": len(members), "free_whole_nodes": len(free), "free": free,
-                    "gpu_classes": classes, "degraded_links": glance.degraded_links,
-                    "rails": glance.rails, "switches": glance.switches})
-    return out
+def whole_nodes(data: SiteData, holders: dict[str, dict[int, str]]) -> list[dict[str, Any]]:
+    # One pass over the nodes for every fabric (a pass per fabric asked each node its fabrics again).
+    members: dict[str, list[str]] = {fid: [] for fid in data.fabric_map.glances}
+    free: dict[str, list[str]] = {fid: [] for fid in members}
+    classes: dict[str, set[str]] = {fid: set() for fid in members}
+    for n, host in sorted(data.inventory.nodes.items()):
+        fids = [fid for fid in data.fabric_map.fabrics_of(n) if fid in members]
+        if not fids:
+            continue
+        f = data.facts.get(n)
+        gpus = (f.gpus or []) if f is not None else []
+        whole = host.node_state == "ready" and bool(gpus) and all(g.healthy for g in gpus) and not holders.get(n)
+        for fid in fids:
+            members[fid].append(n)
+            classes[fid].update(g.gpu_class for g in gpus)
+            if whole:
+                free[fid].append(n)
+    return [{"fabric": fid, "nodes": len(members[fid]), "free_whole_nodes": len(free[fid]), "free": free[fid],
+             "gpu_classes": sorted(classes[fid]), "degraded_links": glance.degraded_links,
+             "rails": glance.rails, "switches": glance.switches}
+            for fid, glance in data.fabric_map.glances.items()]
 
 
 def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: float = IDLE_AFTER) -> dict[str, Any]:
-    caps, unknown = capacity(data)
+    holders = gpu_holders(data)
+    caps, unknown = capacity(data, holders)
     models = models_view(data, runtime)
     reps = replicas_view(data, runtime, now)["replicas"]
     nodes = data.inventory.nodes
@@ -102,7 +106,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "serial": data.state.serial,
         "capacity": caps,
         "gpus_unknown": unknown,
-        "fabrics": whole_nodes(data),
+        "fabrics": whole_nodes(data, holders),
         "nodes": {"total": len(nodes), **node_counts,
                   "stale": sorted(n for n in nodes if n in data.facts and data.facts[n].stale),
                   "no_facts": sorted(n for n in nodes if n not in data.facts)},
