@@ -5,7 +5,22 @@
     api.py    the admin API: status, runs, approval
 """
 
-from llmgw.controller.loop import POLICIES, Controller
+from typing import TYPE_CHECKING, Any
+
 from llmgw.controller.runs import Run, RunStore, runs_for
+
+if TYPE_CHECKING:
+    from llmgw.controller.loop import POLICIES, Controller
+
+
+def __getattr__(name: str) -> Any:
+    # The loop (Ansible's runner, the apply package, prometheus_client: 0.09 s of imports) is
+    # loaded when first asked for: `llmgw status` and `llmgw models` read only the run history.
+    if name in ("POLICIES", "Controller"):
+        from llmgw.controller import loop
+
+        return getattr(loop, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["POLICIES", "Controller", "Run", "RunStore", "runs_for"]
