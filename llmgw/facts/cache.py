@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from llmgw.errors import FactsError, LlmgwError
 from llmgw.facts import memo
-from llmgw.facts.records import HostFacts
+from llmgw.facts.records import HostFacts, pack_records, unpack_records
 from llmgw.yamlio import FileError, atomic_write, json_text, read_text
 
 SUFFIX = ".json"
@@ -27,6 +27,9 @@ _DEVICE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 MEMO_MIN_FILES = 256
 # The modules whose code decides what a memoised HostFacts is: a change to one is a miss.
 _MEMO_MODULES = ("llmgw.facts.records", "llmgw.facts.cache")
+# What the memo holds: (file names, their fingerprints, the facts as records.pack_records packs them).
+_MEMO_FORM = "names, fingerprints, packed records"
+Fingerprint = tuple[int, int, int, int]
 
 
 def facts_path(facts_dir: Path, host: str) -> Path:
@@ -51,7 +54,7 @@ def read_facts(facts_dir: Path, *, memo_min: int = MEMO_MIN_FILES) -> dict[str, 
     """
     if not facts_dir.is_dir():
         return {}
-    found: list[tuple[str, tuple[int, int, int, int]]] = []
+    found: list[tuple[str, Fingerprint]] = []
     with os.scandir(facts_dir) as entries:
         for entry in entries:
             if entry.name.endswith(SUFFIX) and not entry.name.startswith(".") and entry.is_file():
@@ -60,11 +63,10 @@ def read_facts(facts_dir: Path, *, memo_min: int = MEMO_MIN_FILES) -> dict[str, 
     found.sort()
     use_memo = len(found) >= memo_min
     where = facts_dir.resolve()
-    version = memo.code_version(_MEMO_MODULES) if use_memo else ()
-    known: dict[str, tuple[tuple[int, int, int, int], HostFacts]] = \
-        (memo.load("facts", where, version) or {}) if use_memo else {}
+    version = (_MEMO_FORM, *memo.code_version(_MEMO_MODULES)) if use_memo else ()
+    known = _memoised(where, version) if use_memo else {}
     out: dict[str, HostFacts] = {}
-    fresh: dict[str, tuple[tuple[int, int, int, int], HostFacts]] = {}
+    records: list[HostFacts] = []  # in the order of `found`
     changed = len(found) != len(known)
     for name, fingerprint in found:
         hit = known.get(name)
@@ -72,11 +74,24 @@ def read_facts(facts_dir: Path, *, memo_min: int = MEMO_MIN_FILES) -> dict[str, 
             facts = hit[1]
         else:
             facts, changed = _read_one(facts_dir / name), True
-        fresh[name] = (fingerprint, facts)
         out[facts.host] = facts
+        records.append(facts)
     if use_memo and changed:
-        memo.store("facts", where, version, fresh)
+        memo.store("facts", where, version,
+                   ([name for name, _ in found], [fp for _, fp in found], pack_records(records)))
     return out
+
+
+def _memoised(where: Path, version: tuple[object, ...]) -> dict[str, tuple[Fingerprint, HostFacts]]:
+    """file name -> (fingerprint, facts) from the memo; nothing when there is none to trust."""
+    stored = memo.load("facts", where, version)
+    if stored is None:
+        return {}
+    try:
+        names, fingerprints, packed = stored
+        return dict(zip(names, zip(fingerprints, unpack_records(packed), strict=True), strict=True))
+    except Exception:  # not the form this code writes (the key should have said so): a miss
+        return {}
 
 
 def _read_one(path: Path) -> HostFacts:
