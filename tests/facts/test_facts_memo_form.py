@@ -165,3 +165,17 @@ def test_a_memo_in_another_form_is_a_miss(tmp_path: Path, monkeypatch: pytest.Mo
     memo.store("facts", where, tuple(memo.code_version(facts_cache._MEMO_MODULES)), "anything")
     assert read_facts(tmp_path / "facts", memo_min=0) == plain
     assert read_facts(tmp_path / "facts", memo_min=0) == plain  # rewritten, and read back
+
+
+@pytest.mark.parametrize("damage", [b"", memo.MAGIC, memo.MAGIC + bytes(memo.DIGEST_BYTES), b"x" * 100])
+def test_a_short_or_empty_memo_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: bytes) -> None:
+    monkeypatch.setenv("LLMGW_CACHE", str(tmp_path / "cache"))
+    where = tmp_path.resolve()
+    memo.store("facts", where, "key", ["value"])
+    assert memo.load("facts", where, "key") == ["value"]
+    path = memo._path("facts", where)
+    path.write_bytes(damage)
+    assert memo.load("facts", where, "key") is None
+    path.unlink()
+    path.mkdir()  # not a file
+    assert memo.load("facts", where, "key") is None
