@@ -183,11 +183,31 @@ def dynamic_reason(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bo
     return None
 
 
+def static_ok(node: NodeView, key: StaticKey) -> bool:
+    """`static_reason(node, key, ...) is None`, without building any sentence: asked of every
+    node once per static key (most pass), where the sentences are wanted only for `llmgw explain`."""
+    host = node.host
+    if host.node_state != "ready":
+        return False
+    if key.selector:
+        labels = host.labels
+        for k, v in key.selector:
+            if labels.get(k) != v:
+                return False
+    if key.gpus > 0:
+        facts = node.facts
+        if facts is None or not facts.gpus or len(node.pool(key.gpu_class).total) < key.gpus:
+            return False
+    if key.memory_gb > 0 and node.mem_mb is not None and node.mem_mb < key.memory_gb * MB_PER_GB:
+        return False
+    return not (key.multi_node and not node.fabrics)
+
+
 def static_set(fleet: Fleet, need: Need) -> list[NodeView]:
     key = need.key
     members = fleet.static_sets.get(key)
     if members is None:
-        members = [n for n in fleet.nodes if static_reason(n, key, need.profile.nodes) is None]
+        members = [n for n in fleet.nodes if static_ok(n, key)]
         fleet.static_sets[key] = members
         fleet.static_members[key] = frozenset(n.ordinal for n in members)
     return members

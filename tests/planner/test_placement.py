@@ -190,3 +190,31 @@ def test_ports_come_from_the_range_and_run_out_with_a_reason() -> None:
     plan = make_plan(inputs([m], [host("a")], [facts("a", 0)], ports=(30000, 30001)))
     assert [r.shards[0].port for r in plan.desired.replicas] == [30000, 30001]
     assert reasons(plan, "m") == ["a: every port in 30000-30001 is taken"]
+
+
+def test_static_sets_keep_exactly_the_nodes_static_reason_passes() -> None:
+    """static_set asks the sentence-free `static_ok`; it must agree with `static_reason` on every
+    kind of node and ask (states, selectors, facts, GPU classes and counts, memory, fabrics)."""
+    from itertools import product
+
+    from llmgw.planner.fleet import StaticKey
+    from llmgw.planner.placement import static_ok, static_reason
+
+    hosts = [host("a", labels={"role": "x"}), host("b", "cordoned", {"role": "x"}), host("c", labels={"role": "y"}),
+             host("d"), host("e", labels={"role": "x"}), host("f"), host("g"), host("h", "draining"),
+             host("i"), host("j"), host("k", labels={"role": "x", "zone": "1"})]
+    fs = [facts("a", 8, mem_gb=8), facts("c", 8), facts("d", 8, cls="A100-80GB"), facts("e", 2), facts("f", None),
+          facts("g", gpu_list=gpus(8, sick={0: "GPU lost"})), facts("h", 8), facts("i", 0),
+          facts("j", gpu_list=gpus(4) + [g.model_copy(update={"index": 4 + g.index}) for g in gpus(4, "A100-80GB")]),
+          facts("k", 8, mem_gb=None)]
+    fabrics = MapFabrics(leaves={n: {"ib0": {"mlx5_0": "leaf1"}} for n in "acdefgk"})
+    m = model("m", gpu_profile())
+    fleet = Fleet({h.name: h for h in hosts}, {f.host: f for f in fs}, fabrics, inputs([m], hosts).ports)
+    keys = [StaticKey(cls, sel, n_gpus, mem, multi)
+            for cls, sel, n_gpus, mem, multi in product((None, "H100-80GB", "A100-80GB"), ((), (("role", "x"),)),
+                                                         (0, 1, 4, 8), (0.0, 16.0), (False, True))]
+    for key in keys:
+        for node in fleet.nodes:
+            assert static_ok(node, key) == (static_reason(node, key, 2) is None), (node.name, key)
+    assert any(static_ok(n, k) for n in fleet.nodes for k in keys)
+    assert not all(static_ok(n, k) for n in fleet.nodes for k in keys)
