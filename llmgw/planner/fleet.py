@@ -11,7 +11,7 @@ change together on each `take`; apart, each would need the others' internals.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -36,9 +36,10 @@ def fmt_gb(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GpuPool:
-    """The GPUs of one class on a node (all classes when the class is None)."""
+    """The GPUs of one class on a node (all classes when the class is None). Read only (not
+    frozen: a frozen dataclass sets each field through object.__setattr__, and one is made per node)."""
 
     total: tuple[int, ...]
     healthy: tuple[int, ...]
@@ -76,13 +77,19 @@ class NodeView:
         cached = self._pools.get(gpu_class)
         if cached is None:
             every = self.gpus or []
-            if gpu_class is not None and all(g.gpu_class == gpu_class for g in every):
-                # One class on the node (the usual case): the same pool as all classes', built once.
-                cached = self._pools[gpu_class] = self.pool(None)
-                return cached
-            gpus = every[:] if gpu_class is None else [g for g in every if g.gpu_class == gpu_class]
-            gpus.sort(key=_by_index)
-            total = tuple([g.index for g in gpus])
+            if gpu_class is not None:
+                for g in every:
+                    if g.gpu_class != gpu_class:
+                        break
+                else:  # one class on the node (the usual case): the same pool as all classes', built once
+                    cached = self._pools[gpu_class] = self.pool(None)
+                    return cached
+            gpus = every if gpu_class is None else [g for g in every if g.gpu_class == gpu_class]
+            indexes = [g.index for g in gpus]
+            if indexes != sorted(indexes):  # facts list GPUs by index: sort only when they do not
+                gpus = sorted(gpus, key=_by_index)
+                indexes = [g.index for g in gpus]
+            total = tuple(indexes)
             sick = [g for g in gpus if g.problems]  # `healthy` is `not problems`; one pass, not two
             cached = GpuPool(total, total if not sick else tuple([g.index for g in gpus if not g.problems]),
                              tuple(sick))
@@ -175,6 +182,9 @@ GroupId = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signa
 SetScore = tuple[int, int, int, int, list[int]]
 Candidate = tuple[SetScore, tuple["NodeView", ...]]  # a group's best set for one source, and its score
 RankedGroup = tuple[SetScore, str, int, GroupId, Candidate]  # score, fabric, push order, group, its candidate
+# A multi-node profile's preferences on one fabric: a node's rank, and a candidate set's score (placement._multi_prefs)
+MultiPrefs = tuple[Callable[["NodeView"], tuple[bool, bool, bool, int, int]],
+                   Callable[[Sequence["NodeView"]], SetScore]]
 
 
 class LeafGroups:
@@ -275,6 +285,7 @@ class Fleet:
         self._leaf_sets: dict[int, frozenset[str]] = {}
         # (fabric, node ordinals) -> (not on one leaf, rails not aligned): the fabric index's answers
         self.fabric_checks: dict[tuple[str, tuple[int, ...]], tuple[bool, bool]] = {}
+        self.multi_prefs: dict[tuple[str, str | None, str], MultiPrefs] = {}  # (source, GPU class, fabric)
 
     def release(self) -> None:
         """Drop the spread indexes once the plan is made: each refers back to the fleet, and that

@@ -34,6 +34,7 @@ from llmgw.planner.fleet import (
     Fleet,
     GroupId,
     LeafGroups,
+    MultiPrefs,
     NodeView,
     RankedGroup,
     SetScore,
@@ -368,15 +369,20 @@ def _by_fabric(nodes: list[NodeView]) -> dict[str, list[NodeView]]:
     return groups
 
 
-def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> tuple[
-        Callable[[NodeView], tuple[bool, bool, bool, int, int]], Callable[[Sequence[NodeView]], SetScore]]:
-    p = need.profile
+def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> MultiPrefs:
+    # Made once per weights, GPU class and fabric (they read nothing else): a leaf group's
+    # candidate is worked out ~8 times per multi-node replica, and made them each time.
+    slot = (need.source, need.gpu_class, fabric)
+    found = fleet.multi_prefs.get(slot)
+    if found is not None:
+        return found
     holders = fleet.holder_set(need.source, need.cache_name)
-    gpu_class = p.gpu_class
+    gpu_class = need.gpu_class
 
     def pref(n: NodeView) -> tuple[bool, bool, bool, int, int]:
-        """One node: clean cables, holding the weights, partly used, fewest free, name."""
-        return (n.degraded.get(fabric, False), n.ordinal not in holders, *_pack(n, gpu_class), n.ordinal)
+        """One node: clean cables, holding the weights, partly used (as _pack), fewest free, name."""
+        return (n.degraded.get(fabric, False), n.ordinal not in holders, not n.used, n.free_count(gpu_class),
+                n.ordinal)
 
     def cheap(c: Sequence[NodeView]) -> SetScore:
         """A set: degraded cables, weights held, whole nodes broken into, GPUs left, names."""
@@ -384,11 +390,12 @@ def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> tuple[
         for n in c:  # one pass, not four sums: a set is scored each time its group changes
             degraded += n.degraded.get(fabric, False)
             held += n.ordinal in holders
-            whole += not n.partly_used
+            whole += not n.used  # not partly used
             free += n.free_count(gpu_class)
-        return (degraded, -held, whole, free, sorted(n.ordinal for n in c))
+        return (degraded, -held, whole, free, sorted([n.ordinal for n in c]))
 
-    return pref, cheap
+    found = fleet.multi_prefs[slot] = (pref, cheap)
+    return found
 
 
 def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId) -> Candidate | None:
