@@ -158,6 +158,8 @@ def _children(cls: type[_Model]) -> dict[str, type[_Model]]:
 # Children before parents: unpacking makes a class's records once its children exist.
 _PACKED_CLASSES: tuple[type[_Model], ...] = (IbPort, Gpu, Filesystem, Weights, Unit, IbAdapter, HostFacts)
 _CHILDREN = {cls: _children(cls) for cls in _PACKED_CLASSES}
+# Field names in declaration order, as validation fills __dict__ (pydantic's model_fields is a slow property)
+_NAMES = {cls: tuple(cls.model_fields) for cls in _PACKED_CLASSES}
 
 
 class _Packer:
@@ -167,33 +169,38 @@ class _Packer:
         self.seen: dict[Any, Any] = {}  # one object per equal string, time or fields set
 
     def value(self, value: Any) -> Any:
-        if type(value) is str:
+        kind = type(value)
+        if kind is str:
             return self.seen.setdefault(value, value)
-        if type(value) is datetime:  # equal times in other zones are ==: the key keeps the zone
+        if kind is datetime:  # equal times in other zones are ==: the key keeps the zone
             return self.seen.setdefault((value.isoformat(), value.tzinfo, value.fold), value)
-        if type(value) is list:
+        if kind is list:
             return [self.value(item) for item in value]
-        if type(value) is dict:
+        if kind is dict:
             return {self.value(k): self.value(v) for k, v in value.items()}
         return value  # numbers, None, and anything else pickled as it is
 
     def record(self, record: _Model) -> None:
         cls = type(record)
-        kids = _CHILDREN[cls]
+        names, kids, seen, values = _NAMES[cls], _CHILDREN[cls], self.seen, record.__dict__
         fields: dict[str, Any] = {}
-        for name in cls.model_fields:  # in declaration order, as validation makes __dict__
-            value = record.__dict__[name]
-            child = kids.get(name)
-            if child is not None and value is not None:
-                start = len(self.lists[child])
+        for name in names:
+            value = values[name]
+            if type(value) is str:  # most values: inline, not a call each
+                value = seen.setdefault(value, value)
+            elif name in kids and value is not None:
+                child = self.lists[kids[name]]
+                start = len(child)
                 for item in value:
                     self.record(item)
-                value = (start, len(self.lists[child]))
-            fields[name] = self.value(value)
+                value = (start, len(child))
+            elif value is not None and type(value) is not int and type(value) is not bool:
+                value = self.value(value)
+            fields[name] = value
         self.lists[cls].append(fields)
         fields_set = record.__pydantic_fields_set__
-        self.fields_sets[cls].append(None if len(fields_set) == len(cls.model_fields)
-                                     else self.seen.setdefault(frozenset(fields_set), frozenset(fields_set)))
+        self.fields_sets[cls].append(None if len(fields_set) == len(names)
+                                     else seen.setdefault(frozenset(fields_set), frozenset(fields_set)))
 
 
 def pack_records(hosts: list[HostFacts]) -> _Packed:
@@ -214,7 +221,7 @@ def _make(cls: type[_M], dicts: list[dict[str, Any]], fields_sets: list[frozense
     records: list[_M] = list(map(_new, repeat(cls, len(dicts))))
     # All records with every field set share one set: pydantic copies a fields set before
     # changing it (model_copy), and adding a field name to a set of all of them changes nothing.
-    every = set(cls.model_fields)
+    every = set(_NAMES[cls])
     sets: Iterable[set[str]] = repeat(every) if fields_sets is None else \
         [every if s is None else set(s) for s in fields_sets]
     deque(map(_setattr, records, repeat("__dict__"), dicts), 0)
