@@ -218,3 +218,35 @@ def test_static_sets_keep_exactly_the_nodes_static_reason_passes() -> None:
             assert static_ok(node, key) == (static_reason(node, key, 2) is None), (node.name, key)
     assert any(static_ok(n, k) for n in fleet.nodes for k in keys)
     assert not all(static_ok(n, k) for n in fleet.nodes for k in keys)
+
+
+def test_fails_now_agrees_with_dynamic_fault_as_a_fleet_fills() -> None:
+    """The spread indexes ask `fails_now`; it must answer as `dynamic_fault` does for GPUs,
+    memory, disk (held, pending, shared) and ports, at every step of a filling fleet."""
+    from llmgw.planner.placement import Need, dynamic_fault, fails_now
+
+    gb = 1024**3
+    held = Weights(path="/var/cache/llmgw/x", size_bytes=1, cache=True, cache_name=cache_name("hf://o/r/a.gguf"))
+    hosts = [host(n) for n in "abcdef"]
+    fs = [facts("a", 8, mem_gb=40, disk_free_gb=100), facts("b", 4, mem_gb=None, disk_free_gb=30),
+          facts("c", 8, disk_free_gb=30, weights=[held]), facts("d", 8, disk_free_gb=50, shared_device="nfs1"),
+          facts("e", 8, disk_free_gb=50, shared_device="nfs1"), facts("f", None)]
+    ms = [model("a", gpu_profile(gpus=2, min_memory_gb=16), source="hf://o/r/a.gguf"),
+          model("b", gpu_profile(gpus=1), source="hf://o/r/b.gguf"), model("c", cpu_profile(mem=8))]
+    plan_in = inputs(ms, hosts, fs, sizes={"hf://o/r/a.gguf": 40 * gb, "hf://o/r/b.gguf": None},
+                     ports=(20000, 20002))
+    fleet = Fleet(plan_in.nodes, plan_in.facts, plan_in.fabrics, plan_in.ports)
+    needs = [Need(m, m.profiles[0], cache_name(m.source), plan_in.weight_sizes.get(m.source)) for m in ms]
+    checks = [(need, fails_now(fleet, need)) for need in needs]
+    seen: set[str | None] = set()
+    for step in range(12):
+        for need, fails in checks:
+            for n in fleet.nodes:
+                fault = dynamic_fault(fleet, n, need)
+                seen.add(fault)
+                assert fails(n) == (fault is not None), (step, need.model.name, n.name, fault)
+        node = fleet.nodes[step % 5]
+        free = node.free(None)[:1]
+        port = node.free_port(fleet.ports)
+        fleet.take(node, free, 12.0, port, ms[step % 2].source, needs[step % 2].cache_name, 40 * gb)
+    assert {"gpus", "memory", "disk", "port", None} <= seen
