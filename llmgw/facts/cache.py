@@ -27,8 +27,8 @@ _DEVICE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 MEMO_MIN_FILES = 256
 # The modules whose code decides what a memoised HostFacts is: a change to one is a miss.
 _MEMO_MODULES = ("llmgw.facts.records", "llmgw.facts.cache")
-# What the memo holds: (file names, their fingerprints, the facts as records.pack_records packs them).
-_MEMO_FORM = "names, fingerprints, packed records"
+# What the memo holds: ([(file name, fingerprint)], the facts as records.pack_records packs them).
+_MEMO_FORM = "found, packed records"
 Fingerprint = tuple[int, int, int, int]
 
 
@@ -64,34 +64,34 @@ def read_facts(facts_dir: Path, *, memo_min: int = MEMO_MIN_FILES) -> dict[str, 
     use_memo = len(found) >= memo_min
     where = facts_dir.resolve()
     version = (_MEMO_FORM, *memo.code_version(_MEMO_MODULES)) if use_memo else ()
-    known = _memoised(where, version) if use_memo else {}
+    stored, records = _memoised(where, version) if use_memo else ([], [])
+    if stored == found:  # the common case: no file changed since the memo was written
+        return {facts.host: facts for facts in records}
+    known = {name: (fingerprint, facts) for (name, fingerprint), facts in zip(stored, records, strict=True)}
     out: dict[str, HostFacts] = {}
-    records: list[HostFacts] = []  # in the order of `found`
-    changed = len(found) != len(known)
+    records = []  # in the order of `found`
     for name, fingerprint in found:
         hit = known.get(name)
-        if hit is not None and hit[0] == fingerprint:
-            facts = hit[1]
-        else:
-            facts, changed = _read_one(facts_dir / name), True
+        facts = hit[1] if hit is not None and hit[0] == fingerprint else _read_one(facts_dir / name)
         out[facts.host] = facts
         records.append(facts)
-    if use_memo and changed:
-        memo.store("facts", where, version,
-                   ([name for name, _ in found], [fp for _, fp in found], pack_records(records)))
+    if use_memo:
+        memo.store("facts", where, version, (found, pack_records(records)))
     return out
 
 
-def _memoised(where: Path, version: tuple[object, ...]) -> dict[str, tuple[Fingerprint, HostFacts]]:
-    """file name -> (fingerprint, facts) from the memo; nothing when there is none to trust."""
+def _memoised(where: Path, version: tuple[object, ...]) -> tuple[list[tuple[str, Fingerprint]], list[HostFacts]]:
+    """The files the memo was made from (name, fingerprint) and their facts; none when there is none to trust."""
     stored = memo.load("facts", where, version)
-    if stored is None:
-        return {}
-    try:
-        names, fingerprints, packed = stored
-        return dict(zip(names, zip(fingerprints, unpack_records(packed), strict=True), strict=True))
-    except Exception:  # not the form this code writes (the key should have said so): a miss
-        return {}
+    if stored is not None:
+        try:
+            found, packed = stored
+            records = unpack_records(packed)
+            if type(found) is list and len(found) == len(records):
+                return found, records
+        except Exception:  # not the form this code writes (the key should have said so): a miss
+            pass
+    return [], []
 
 
 def _read_one(path: Path) -> HostFacts:

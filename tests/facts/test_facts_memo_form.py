@@ -161,6 +161,16 @@ def test_a_memo_in_another_form_is_a_miss(tmp_path: Path, monkeypatch: pytest.Mo
     assert read_facts(tmp_path / "facts", memo_min=0) == plain
     memo.store("facts", where, key, (["gpu-01.json"], [(1, 2, 3, 4)], {"Gpu": "not records"}))
     assert read_facts(tmp_path / "facts", memo_min=0) == plain
+    st = (tmp_path / "facts" / "gpu-01.json").stat()
+    found = [("gpu-01.json", (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))]
+    memo.store("facts", where, key, (found, {"Gpu": "not records"}))
+    assert read_facts(tmp_path / "facts", memo_min=0) == plain
+    memo.store("facts", where, key, (found, pack_records([])))  # the files, but not their facts
+    assert read_facts(tmp_path / "facts", memo_min=0) == plain
+    memo.store("facts", where, key, (found, pack_records([plain["gpu-01"]])))
+    with monkeypatch.context() as patched:  # and this one is this code's form: a hit
+        patched.setattr(facts_cache, "_read_one", lambda *_: pytest.fail("parsed although memoised"))
+        assert read_facts(tmp_path / "facts", memo_min=0) == plain
     # and under an older key (the code version without the form) the memo is not even unpickled
     memo.store("facts", where, tuple(memo.code_version(facts_cache._MEMO_MODULES)), "anything")
     assert read_facts(tmp_path / "facts", memo_min=0) == plain
