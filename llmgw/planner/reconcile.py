@@ -293,12 +293,12 @@ class _Planner:
             assert port is not None and len(gpus) == profile.gpus
             self.fleet.take(node, gpus, profile.min_memory_gb, port, model.source,
                             self.cache_names[model.source], size)
-            shards.append(schema.PlannedShard(node=node.name, rank=rank, gpus=gpus, port=port,
-                                              unit=unit_name(rid, rank), address=node.host.mgmt_address))
-        return schema.PlannedReplica(
+            shards.append(schema.PlannedShard.placed(node=node.name, rank=rank, gpus=gpus, port=port,
+                                                     unit=unit_name(rid, rank), address=node.host.mgmt_address))
+        return schema.PlannedReplica.placed(
             id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
             endpoint=_endpoint(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
-            status="new", fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
+            fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
             args=list(profile.args), env=dict(profile.env))
 
     def _place(self, model: Model, rid_for: str) -> tuple[schema.PlannedReplica | None, list[schema.Rejection]]:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from llmgw.errors import PlanError
 from llmgw.planner import PLAN_VERSION, REASON_CODES, load_plan, make_plan
+from llmgw.planner.schema import PlannedReplica, PlannedShard
 from llmgw.state import State
 from tests.support.plan_inputs import facts, gpu_profile, host, inputs, model
 
@@ -84,3 +87,27 @@ def test_records_pydantic_dumps_its_own_way_are_left_to_it() -> None:
             _ordered(record)
     assert _ordered({"b": [1, None], "a": "x"}) == {"a": "x", "b": [1, None]}
     assert list(_ordered({"b": 1, "a": 2})) == ["a", "b"]
+
+
+def test_placed_records_are_the_validated_ones() -> None:
+    """PlannedShard.placed / PlannedReplica.placed skip validation for the planner's own values:
+    they must give every field (a field added to the schema fails here), equal and dump as the
+    validated records do, and stay frozen."""
+    shard_kw: dict[str, Any] = dict(node="n1", rank=0, gpus=[0, 1], port=20000, unit="llmgw-m-1-0.service",
+                                    address="10.0.0.1")
+    shard = PlannedShard.placed(**shard_kw)
+    assert shard == PlannedShard(**shard_kw)
+    assert list(shard.__dict__) == list(PlannedShard.model_fields)
+    rep_kw: dict[str, Any] = dict(id="m-1", model="m", profile="p", engine="vllm", shards=[shard],
+                                  endpoint="http://10.0.0.1:20000", spec_hash="0123456789abcdef", fabric="ib0",
+                                  source="hf://o/r/m.gguf", cache_name="m", args=["--x"], env={"A": "1"})
+    rep = PlannedReplica.placed(**rep_kw)
+    validated = PlannedReplica(status="new", **rep_kw)
+    assert rep == validated
+    assert list(rep.__dict__) == list(PlannedReplica.model_fields)
+    assert rep.model_dump(mode="json") == validated.model_dump(mode="json")
+    assert rep.model_dump_json() == validated.model_dump_json()
+    assert rep.model_fields_set == validated.model_fields_set
+    assert not PlannedReplica.__pydantic_post_init__ and not PlannedShard.__pydantic_post_init__
+    with pytest.raises(ValidationError):
+        rep.id = "other"
