@@ -129,8 +129,8 @@ class HostFacts(_Model):
 # A 4,096-host fleet is 82,000 records. Pickled one by one, each is a reduce call, a dict,
 # a fields set and four attribute writes in Python, a third of a second to load. Packed
 # instead: one flat list of field dicts per record class for the whole fleet (pickle builds
-# the dicts, sharing the key strings), a parent's child list becomes a (start, stop) slice
-# of its class's list, and equal strings and times are pickled once. Unpacking makes each
+# the dicts, sharing the key strings), a parent's non-empty child list becomes a (start,
+# stop) slice of its class's list, and equal strings and times are pickled once. Unpacking makes each
 # class's records in a few C-level passes (map), not a Python call per record.
 
 _M = TypeVar("_M", bound=_Model)
@@ -188,7 +188,7 @@ class _Packer:
             value = values[name]
             if type(value) is str:  # most values: inline, not a call each
                 value = seen.setdefault(value, value)
-            elif name in kids and value is not None:
+            elif name in kids and value:  # None and [] stay as they are
                 child = self.lists[kids[name]]
                 start = len(child)
                 for item in value:
@@ -238,9 +238,11 @@ def unpack_records(packed: _Packed) -> list[HostFacts]:
         dicts, fields_sets = packed[cls.__name__]
         for name, child in _CHILDREN[cls].items():
             children = made[child]
+            if not children:  # no spans to fill (e.g. adapters without ports): a pass spared
+                continue
             for fields in dicts:
                 span = fields[name]
-                if span is not None:
+                if type(span) is tuple:
                     fields[name] = children[span[0]:span[1]]
         made[cls] = _make(cls, dicts, fields_sets)
     return made[HostFacts]

@@ -114,6 +114,11 @@ def test_unpacked_records_behave_like_validated_ones() -> None:
     assert HostFacts.model_validate(host.model_dump()) == host
     assert host.gpus[0].problems is not host.gpus[1].problems  # lists are each record's own
     assert round_trip([]) == []
+    portless = [HostFacts.model_validate({**FULL, "ib_adapters": [{"name": "mlx5_0"}, {"name": "mlx5_1"}]})]
+    back = round_trip(portless)  # no port in the fleet at all
+    assert back == portless and back[0].ib_adapters is not None
+    assert [a.ports for a in back[0].ib_adapters] == [[], []]
+    assert back[0].ib_adapters[0].ports is not back[0].ib_adapters[1].ports
 
 
 def test_every_record_class_inside_hostfacts_is_packed_flat() -> None:
