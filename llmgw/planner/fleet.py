@@ -178,7 +178,9 @@ class StaticKey:
     multi_node: bool
 
 
-GroupId = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)
+GroupKey = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)
+GroupId = int  # a group's position in LeafGroups.keys: a group is looked up ~20 times per candidate, and
+# hashing its key (a tuple of every adapter->leaf pair) each time was a tenth of the multi-node work
 SetScore = tuple[int, int, int, int, list[int]]
 Candidate = tuple[SetScore, tuple["NodeView", ...]]  # a group's best set for one source, and its score
 RankedGroup = tuple[SetScore, str, int, GroupId, Candidate]  # score, fabric, push order, group, its candidate
@@ -198,7 +200,8 @@ class LeafGroups:
 
     def __init__(self, key: StaticKey, nodes: list[NodeView]) -> None:
         self.key = key
-        self.members: dict[GroupId, set[int]] = {}
+        self.keys: list[GroupKey] = []  # per group id: (fabric, signature)
+        self.members: dict[GroupId, set[int]] = {}  # in order of ids: first member's name order
         self.of: dict[int, list[GroupId]] = {}
         self.cache: dict[GroupId, dict[str, Candidate | None]] = {}
         # Per group and source: its members in preference order when last sorted. Still in order
@@ -210,12 +213,18 @@ class LeafGroups:
         self.changes: list[GroupId] = []
         self.ranked: dict[str, tuple[list[RankedGroup], int]] = {}
         self.pushed = 0  # ties in a ranking are broken by push order, never by comparing nodes
+        ids: dict[GroupKey, GroupId] = {}
         for n in nodes:
             if n.free_count(key.gpu_class) < key.gpus:
                 continue
             for f in n.fabrics:
-                gid = (f, n.leaves.get(f, ()))
-                self.members.setdefault(gid, set()).add(n.ordinal)
+                gkey = (f, n.leaves.get(f, ()))
+                gid = ids.get(gkey)
+                if gid is None:
+                    gid = ids[gkey] = len(self.keys)
+                    self.keys.append(gkey)
+                    self.members[gid] = set()
+                self.members[gid].add(n.ordinal)
                 self.of.setdefault(n.ordinal, []).append(gid)
 
     def touched(self, node: NodeView) -> None:

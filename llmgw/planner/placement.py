@@ -426,7 +426,7 @@ def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId)
     per_source = groups.cache.setdefault(gid, {})
     if need.source in per_source:
         return per_source[need.source]
-    pref, cheap = _multi_prefs(fleet, need, gid[0])
+    pref, cheap = _multi_prefs(fleet, need, groups.keys[gid][0])
     want, nodes = need.profile.nodes, fleet.nodes
     # The first `want` nodes in preference order that pass the filters: the same set as the
     # `want` best of those that pass (preferences differ: the name breaks ties), with the
@@ -481,15 +481,17 @@ def _best_groups(fleet: Fleet, need: Need, groups: LeafGroups, k: int) -> list[R
     else:
         heap, seen = ranked
         todo = dict.fromkeys(groups.changes[seen:])
+    keys = groups.keys
     for gid in todo:
-        if not gid[1] or len(groups.members[gid]) < want:
+        fabric, signature = keys[gid]
+        if not signature or len(groups.members[gid]) < want:
             continue
         if need.source in groups.cache.get(gid, {}):
             continue  # its candidate did not change (LeafGroups.touched): already in the heap, or None
         found = _group_candidate(fleet, need, groups, gid)
         if found is not None:
             groups.pushed += 1
-            heapq.heappush(heap, (found[0], gid[0], groups.pushed, gid, found))
+            heapq.heappush(heap, (found[0], fabric, groups.pushed, gid, found))
     groups.ranked[need.source] = (heap, len(groups.changes))
     top: list[RankedGroup] = []
     while heap and len(top) < k:
@@ -519,8 +521,8 @@ def _choose_multi(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice |
         return best[1]
     # No clean one-leaf set: the best nodes per fabric, whatever their leaves (every node, once).
     by_fabric: dict[str, set[int]] = {}
-    for (fabric, _sig), ordinals in groups.members.items():
-        by_fabric.setdefault(fabric, set()).update(ordinals)
+    for gid, ordinals in groups.members.items():
+        by_fabric.setdefault(groups.keys[gid][0], set()).update(ordinals)
     for fabric, ordinals in sorted(by_fabric.items()):
         if len(ordinals) < want:
             continue
