@@ -90,13 +90,22 @@ def test_hover_click_and_find(page: Page, dashboard: Dashboard) -> None:
     spine = svg.locator("g.switch[data-tier='spine']").first
     spine.hover()
     expect(svg).to_have_class("fabric fit focus")
-    touching = svg.locator(f"line.cable[data-b='{spine.get_attribute('data-key')}']")
+    key = spine.get_attribute("data-key")
+    touching = svg.locator(f"g.cables line.cable[data-b='{key}']")
     expect(touching.first).to_have_class("el cable hit")
-    host_cable = svg.locator("line.cable[data-kind='host']").first
-    expect(host_cable).to_have_css("opacity", "0.1")
+    # The drawing dims as a whole; what the spine touches is drawn again on top, undimmed.
+    for layer in ("cables", "switches", "adapters"):
+        expect(svg.locator(f"g.{layer}")).to_have_css("opacity", "0.1")
+    lit = svg.locator(f"g.lit line.cable[data-b='{key}']")
+    expect(lit).to_have_count(touching.count())
+    expect(lit.first).to_have_css("opacity", "1")
+    expect(svg.locator(f"g.lit g.switch[data-key='{key}']")).to_have_count(1)
+    expect(svg.locator("g.lit line.cable[data-kind='host']")).to_have_count(0)
     screenshot(page, "fabric-hover-spine", full_page=False)
     page.mouse.move(2, 2)
     expect(svg).to_have_class("fabric fit")
+    expect(svg.locator("g.lit > *")).to_have_count(0)
+    expect(svg.locator(".hit")).to_have_count(0)
 
     svg.locator("g.adapter[data-key='ca-gpu-node-03-mlx5_1-1']").click()
     details = page.locator("#details")
