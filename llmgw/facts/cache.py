@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from llmgw import collector
 from llmgw.errors import FactsError, LlmgwError
 from llmgw.facts import memo
 from llmgw.facts.records import HostFacts, pack_records, unpack_records
@@ -54,6 +55,13 @@ def read_facts(facts_dir: Path, *, memo_min: int = MEMO_MIN_FILES) -> dict[str, 
     """
     if not facts_dir.is_dir():
         return {}
+    # 82,000 records at 4,096 hosts and no cycles (llmgw.collector): paused here for every
+    # caller (facts, apply, weights), not only those that pause around their own work.
+    with collector.paused():
+        return _read_facts(facts_dir, memo_min)
+
+
+def _read_facts(facts_dir: Path, memo_min: int) -> dict[str, HostFacts]:
     found: list[tuple[str, Fingerprint]] = []
     with os.scandir(facts_dir) as entries:
         for entry in entries:
