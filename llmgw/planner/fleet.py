@@ -212,6 +212,7 @@ class LeafGroups:
         # groups (placement._choose_multi) recomputes only these, not every group per replica.
         self.changes: list[GroupId] = []
         self.ranked: dict[str, tuple[list[RankedGroup], int]] = {}
+        self.fails: dict[str, Callable[[NodeView], bool]] = {}  # per source: placement.fails_now, GPUs checked
         self.pushed = 0  # ties in a ranking are broken by push order, never by comparing nodes
         ids: dict[GroupKey, GroupId] = {}
         for n in nodes:

@@ -156,11 +156,11 @@ def dynamic_fault(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: boo
     return None
 
 
-def fails_now(fleet: Fleet, need: Need) -> Callable[[NodeView], bool]:
-    """`dynamic_fault(fleet, n, need) is not None` as one closure over the need's numbers: the
-    spread indexes ask it of every node a shard lands on, once per index (~140,000 times when
-    4,096 hosts take 10,000 replicas), and the attribute look-ups were most of each answer."""
-    gpus, gpu_class, mem_need, size = need.gpus, need.gpu_class, need.memory_mb, need.size
+def fails_now(fleet: Fleet, need: Need, *, gpus_checked: bool = False) -> Callable[[NodeView], bool]:
+    """`dynamic_fault(fleet, n, need, gpus_checked=...) is not None` as one closure over the need's
+    numbers: the spread indexes ask it of every node a shard lands on, once per index (~140,000
+    times when 4,096 hosts take 10,000 replicas), and the attribute look-ups were most of each answer."""
+    gpus, gpu_class, mem_need, size = 0 if gpus_checked else need.gpus, need.gpu_class, need.memory_mb, need.size
     source, name = need.source, need.cache_name
     span, ports = fleet.port_span, fleet.ports
     disk_free, holds, pending_on = fleet.disk_free, fleet.holds, fleet.pending_on
@@ -423,26 +423,39 @@ def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> MultiPrefs:
 
 def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId) -> Candidate | None:
     """A leaf group's best set for `need`, cached until one of its nodes is touched."""
-    per_source = groups.cache.setdefault(gid, {})
-    if need.source in per_source:
-        return per_source[need.source]
+    source = need.source
+    per_source = groups.cache.get(gid)
+    if per_source is None:
+        per_source = groups.cache[gid] = {}
+    elif source in per_source:
+        return per_source[source]
     pref, cheap = _multi_prefs(fleet, need, groups.keys[gid][0])
-    want, nodes = need.profile.nodes, fleet.nodes
+    fails = groups.fails.get(source)
+    if fails is None:  # what it reads of the need is the same for every need of this key and weights
+        fails = groups.fails[source] = fails_now(fleet, need, gpus_checked=True)
+    want = need.profile.nodes
     # The first `want` nodes in preference order that pass the filters: the same set as the
     # `want` best of those that pass (preferences differ: the name breaks ties), with the
     # filters asked of a few nodes, not of the whole group.
     picked: list[NodeView] = []
-    members = groups.members.get(gid, set())
-    orders = groups.orders.setdefault(gid, {})
+    members = groups.members[gid]
+    orders = groups.orders.get(gid)
+    if orders is None:
+        orders = groups.orders[gid] = {}
     # Holding the weights is the only part of the order that differs between sources, so every
     # source holding them on none of the group's nodes (most sources, in most groups) shares one.
-    shared = fleet.holder_set(need.source, need.cache_name).isdisjoint(members)
-    order = orders.get(None if shared else need.source)
+    slot = None if fleet.holder_set(source, need.cache_name).isdisjoint(members) else source
+    order = orders.get(slot)
     if order is None:
-        order = orders[None if shared else need.source] = sorted((nodes[o] for o in members), key=pref)
+        nodes = fleet.nodes
+        order = orders[slot] = sorted([nodes[o] for o in members], key=pref)
+    elif len(order) > len(members):
+        # Nodes that left the group never come back (usage only grows): drop them from the order
+        # instead of stepping over them on every walk (the order of the rest is unchanged).
+        order = orders[slot] = [n for n in order if n.ordinal in members]
     if want > 0:
         for n in order:
-            if n.ordinal in members and dynamic_fault(fleet, n, need, gpus_checked=True) is None:
+            if n.ordinal in members and not fails(n):
                 picked.append(n)
                 if len(picked) == want:
                     break
@@ -450,7 +463,7 @@ def _group_candidate(fleet: Fleet, need: Need, groups: LeafGroups, gid: GroupId)
     if len(picked) == want:
         cand = tuple(picked)
         found = (cheap(cand), cand)
-    per_source[need.source] = found
+    per_source[source] = found
     return found
 
 

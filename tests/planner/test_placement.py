@@ -237,14 +237,15 @@ def test_fails_now_agrees_with_dynamic_fault_as_a_fleet_fills() -> None:
                      ports=(20000, 20002))
     fleet = Fleet(plan_in.nodes, plan_in.facts, plan_in.fabrics, plan_in.ports)
     needs = [Need(m, m.profiles[0], cache_name(m.source), plan_in.weight_sizes.get(m.source)) for m in ms]
-    checks = [(need, fails_now(fleet, need)) for need in needs]
+    checks = [(need, checked, fails_now(fleet, need, gpus_checked=checked))
+              for need in needs for checked in (False, True)]
     seen: set[str | None] = set()
     for step in range(12):
-        for need, fails in checks:
+        for need, checked, fails in checks:
             for n in fleet.nodes:
-                fault = dynamic_fault(fleet, n, need)
+                fault = dynamic_fault(fleet, n, need, gpus_checked=checked)
                 seen.add(fault)
-                assert fails(n) == (fault is not None), (step, need.model.name, n.name, fault)
+                assert fails(n) == (fault is not None), (step, need.model.name, checked, n.name, fault)
         node = fleet.nodes[step % 5]
         free = node.free(None)[:1]
         port = node.free_port(fleet.ports)
