@@ -132,8 +132,7 @@ class HostFacts(_Model):
 # the dicts, sharing the key strings), a parent's non-empty child list becomes a (start,
 # stop) slice of its class's list, and equal strings and times are pickled once. Unpacking
 # makes each class's records in a few C-level passes (map), not a Python call per record:
-# load and unpack ~0.15 s. Records of classes not listed below (none today) would still be
-# pickled whole, by pydantic: correct, only slower.
+# load and unpack ~0.15 s.
 
 _M = TypeVar("_M", bound=_Model)
 # record class name -> (each record's fields, each one's fields set: None when all are set)
@@ -157,8 +156,17 @@ def _children(cls: type[_Model]) -> dict[str, type[_Model]]:
     return {name: child for name, child in found.items() if child is not None}
 
 
-# Children before parents: unpacking makes a class's records once its children exist.
-_PACKED_CLASSES: tuple[type[_Model], ...] = (IbPort, Gpu, Filesystem, Weights, Unit, IbAdapter, HostFacts)
+def _children_first(cls: type[_Model], out: list[type[_Model]]) -> list[type[_Model]]:
+    for child in _children(cls).values():
+        _children_first(child, out)
+    if cls not in out:
+        out.append(cls)
+    return out
+
+
+# Every record class in HostFacts, children before parents: unpacking makes a class's
+# records once its children exist.
+_PACKED_CLASSES = tuple(_children_first(HostFacts, []))
 _CHILDREN = {cls: _children(cls) for cls in _PACKED_CLASSES}
 # Field names in declaration order, as validation fills __dict__ (pydantic's model_fields is a slow property)
 _NAMES = {cls: tuple(cls.model_fields) for cls in _PACKED_CLASSES}
