@@ -300,8 +300,11 @@ class Fleet:
     def release(self) -> None:
         """Drop the spread indexes once the plan is made: each refers back to the fleet, and that
         cycle left the whole fleet (every node view, ~250,000 objects at 4,096 hosts) to the cyclic
-        collector, a 0.6 s pass at the end of `llmgw plan`; without it reference counting frees them."""
+        collector, a 0.6 s pass at the end of `llmgw plan`; without it reference counting frees them.
+        The leaf groups' filters (`LeafGroups.fails`) refer back to it too."""
         self.spreads.clear()
+        for lg in self.groups.values():
+            lg.fails.clear()
 
     def leaf_set(self, node: NodeView) -> frozenset[str]:
         """Every leaf switch the node's adapters hang off, on any fabric."""

@@ -251,3 +251,23 @@ def test_fails_now_agrees_with_dynamic_fault_as_a_fleet_fills() -> None:
         port = node.free_port(fleet.ports)
         fleet.take(node, free, 12.0, port, ms[step % 2].source, needs[step % 2].cache_name, 40 * gb)
     assert {"gpus", "memory", "disk", "port", None} <= seen
+
+
+def test_a_plan_leaves_no_reference_cycles() -> None:
+    """The fleet's indexes hold closures that refer back to it; make_plan drops them (Fleet.release),
+    so reference counting frees the whole fleet, not the cyclic collector (0.6 s at 4,096 hosts)."""
+    import gc
+
+    leaves = {n: {"ib0": {"mlx5_0": "leaf1", "mlx5_1": "leaf2"}} for n in "abcd"}
+    ms = [model("two", gpu_profile(gpus=8, nodes=2)), model("one", gpu_profile(gpus=2), min=2)]
+    plan_in = inputs(ms, [host(n) for n in "abcd"], [facts(n, 8) for n in "abcd"], fabrics=MapFabrics(leaves=leaves))
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        plan = make_plan(plan_in)
+        assert gc.collect() == 0
+    finally:
+        if was:
+            gc.enable()
+    assert len(placed_on(plan, "two")) == 1 and len(placed_on(plan, "one")) == 2
