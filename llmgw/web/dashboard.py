@@ -100,6 +100,14 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
     def not_found(request: Request, what: str) -> HTMLResponse:
         return page("error.html", request, 404, title="Not found", message=what, detail=[], hint=None)
 
+    async def off_loop(make: Callable[[], HTMLResponse]) -> HTMLResponse:
+        """A page's views and template, in a worker thread. The dashboard shares its event loop
+        with the router's listeners (and, with one worker, with the client one): a page of a
+        4,096-host site takes up to seconds of CPU, which on the loop would hold every request
+        through the router for as long. Whatever the loop owns (the runtime, the download
+        board) is read on the loop, before, and handed in."""
+        return await asyncio.to_thread(make)
+
     @api.get("/static/style.css", include_in_schema=False)
     async def stylesheet() -> Response:
         return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=300"})
@@ -109,36 +117,41 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        view = status_view(data, sources.runtime(), datetime.now(UTC))
+        runtime, downloads = sources.runtime(), board.current()["downloads"]
         # Who wrote the state and who holds its lock (a PostgreSQL state's history), off the loop.
         state = await asyncio.to_thread(site_state_summary, data.site)
-        return page("overview.html", request, title="Overview", view=view, site=str(data.site.root),
-                    state_line=summary_line(state), downloads=board.current()["downloads"])
+        return await off_loop(lambda: page(
+            "overview.html", request, title="Overview", view=status_view(data, runtime, datetime.now(UTC)),
+            site=str(data.site.root), state_line=summary_line(state), downloads=downloads))
 
     @api.get("/nodes", response_class=HTMLResponse, include_in_schema=False)
     async def nodes(request: Request) -> HTMLResponse:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        return page("nodes.html", request, title="Nodes", view=nodes_view(data))
+        return await off_loop(lambda: page("nodes.html", request, title="Nodes", view=nodes_view(data)))
 
     @api.get("/nodes/{name}", response_class=HTMLResponse, include_in_schema=False)
     async def node(request: Request, name: str) -> HTMLResponse:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        rec = node_detail(data, name)
-        if rec is None:
-            return not_found(request, f"no node {name!r} in the inventory")
-        return page("node.html", request, title=name, node=rec)
+
+        def make() -> HTMLResponse:
+            rec = node_detail(data, name)  # loads the site's whole fabric index, once
+            if rec is None:
+                return not_found(request, f"no node {name!r} in the inventory")
+            return page("node.html", request, title=name, node=rec)
+        return await off_loop(make)
 
     @api.get("/models", response_class=HTMLResponse, include_in_schema=False)
     async def models(request: Request) -> HTMLResponse:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        return page("models.html", request, title="Models", view=models_view(data, sources.runtime()),
-                    endpoints=sources.endpoints)
+        runtime = sources.runtime()
+        return await off_loop(lambda: page("models.html", request, title="Models", view=models_view(data, runtime),
+                                           endpoints=sources.endpoints))
 
     @api.get("/models/{name}", response_class=HTMLResponse, include_in_schema=False)
     async def model(request: Request, name: str) -> HTMLResponse:
@@ -146,28 +159,31 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        view = models_view(data, sources.runtime())
+        runtime = sources.runtime()
+        view = await asyncio.to_thread(models_view, data, runtime)
         rec = next((m for m in view["models"] if name == m["name"] or name in m["aliases"]), None)
         if rec is None:
             return not_found(request, f"no model {name!r} in the catalog")
         results = await asyncio.to_thread(sources.results, rec["name"]) if sources.results else None
-        return page("model.html", request, title=rec["name"], model=rec, results=results)
+        return await off_loop(lambda: page("model.html", request, title=rec["name"], model=rec, results=results))
 
     @api.get("/replicas", response_class=HTMLResponse, include_in_schema=False)
     async def replicas(request: Request, model: str | None = None) -> HTMLResponse:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        view = replicas_view(data, sources.runtime(), datetime.now(UTC), model=model or None,
-                             downloads=board.by_node())
-        return page("replicas.html", request, title="Replicas", view=view, downloads=board.current()["downloads"])
+        runtime, by_node, downloads = sources.runtime(), board.by_node(), board.current()["downloads"]
+        return await off_loop(lambda: page(
+            "replicas.html", request, title="Replicas", downloads=downloads,
+            view=replicas_view(data, runtime, datetime.now(UTC), model=model or None, downloads=by_node)))
 
     @api.get("/failures", response_class=HTMLResponse, include_in_schema=False)
     async def failures(request: Request) -> HTMLResponse:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        return page("failures.html", request, title="Placement failures", failures=placement_failures(data))
+        return await off_loop(lambda: page("failures.html", request, title="Placement failures",
+                                           failures=placement_failures(data)))
 
     @api.get("/usage", response_class=HTMLResponse, include_in_schema=False)
     async def usage(request: Request, day: str | None = None) -> HTMLResponse:
@@ -186,22 +202,26 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        return page("fabrics.html", request, title="Fabrics", fabrics=fabrics_list(data), notes=list(data.notes))
+        return await off_loop(lambda: page("fabrics.html", request, title="Fabrics", fabrics=fabrics_list(data),
+                                           notes=list(data.notes)))
 
     @api.get("/fabrics/{fabric_id}", response_class=HTMLResponse, include_in_schema=False)
     async def fabric(request: Request, fabric_id: str) -> HTMLResponse:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        try:
-            f = data.fabrics.find(fabric_id)
-        except FabricError as exc:
-            return not_found(request, exc.message)
-        drawing = fabric_drawing(f)
-        nodes = set(data.inventory.nodes)
-        return page("fabric.html", request, title=f"Fabric {f.id}", fabric=f.overview(), drawing=drawing,
-                    cables=fabric_svg.cables(drawing), switches=fabric_svg.switches(drawing),
-                    adapters=fabric_svg.adapters(drawing), nodes=sorted(h for h in f.hosts if h in nodes))
+
+        def make() -> HTMLResponse:
+            try:
+                f = data.fabrics.find(fabric_id)
+            except FabricError as exc:
+                return not_found(request, exc.message)
+            drawing = fabric_drawing(f)
+            nodes = set(data.inventory.nodes)
+            return page("fabric.html", request, title=f"Fabric {f.id}", fabric=f.overview(), drawing=drawing,
+                        cables=fabric_svg.cables(drawing), switches=fabric_svg.switches(drawing),
+                        adapters=fabric_svg.adapters(drawing), nodes=sorted(h for h in f.hosts if h in nodes))
+        return await off_loop(make)
 
     @api.post("/api/v1/downloads", include_in_schema=False)
     async def post_downloads(request: Request) -> Response:
@@ -222,18 +242,21 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
     @api.get("/api/v1/fabrics")
     async def fabrics_json() -> JSONResponse:
         data = await asyncio.to_thread(sources.site.get)
-        return JSONResponse({"fabrics": fabrics_list(data)})
+        return JSONResponse({"fabrics": await asyncio.to_thread(fabrics_list, data)})
 
     @api.get("/api/v1/fabrics/{fabric_id}/topology")
     async def topology(fabric_id: str) -> JSONResponse:
         """The fabric as `llmgw fabrics show --json` prints it: switches by tier, hosts and
         their adapters, every cable with its rate, the degraded ones, rails."""
         data = await asyncio.to_thread(sources.site.get)
-        try:
-            f = data.fabrics.find(fabric_id)
-        except FabricError as exc:
-            return JSONResponse({"error": {"message": exc.message, "type": "not_found", "code": 404}}, 404)
-        return JSONResponse(f.to_json())
+
+        def make() -> JSONResponse:  # the whole fabric index, and 100,000 cables at 4,096 hosts: off the loop
+            try:
+                f = data.fabrics.find(fabric_id)
+            except FabricError as exc:
+                return JSONResponse({"error": {"message": exc.message, "type": "not_found", "code": 404}}, 404)
+            return JSONResponse(f.to_json())
+        return await asyncio.to_thread(make)
 
     api.include_router(history_router(sources.site, env))  # charts from the site's Prometheus (history.py)
     return api

@@ -1,0 +1,71 @@
+"""The dashboard's pages are built off the router's event loop.
+
+The admin listener (with the dashboard) and the client listener share one event loop in
+one process (llmgw.router.server): a page that computed its views or rendered its template
+on the loop would hold every client request for as long (seconds for a 4,096-host fabric).
+Here a page's view is held mid-way, on purpose, while the client listener is asked: it
+must answer before the page is let go.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import llmgw.web.dashboard as dashboard
+from llmgw.router import RouterServer, RouterSettings
+from llmgw.site import Site
+from llmgw.store import open_store
+from tests.support.example_site import example_site
+from tests.support.router import serve_in_thread
+
+
+@pytest.fixture
+def router(tmp_path: Path) -> Iterator[RouterServer]:
+    root = example_site(tmp_path)
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    server = RouterServer(state_path=Site.load(root).state_file, store=store, listen=("127.0.0.1", 0),
+                          admin_listen=("127.0.0.1", 0), site_dir=root, graceful_timeout=2,
+                          settings=RouterSettings(health_interval=30, state_poll_interval=0.2))
+    thread, _errors = serve_in_thread(server)
+    try:
+        yield server
+    finally:
+        server.stop()
+        thread.join(15)
+        store.close()
+
+
+@pytest.mark.parametrize("path, view", [("/fabrics", "fabrics_list"), ("/nodes", "nodes_view"),
+                                        ("/", "status_view")])
+def test_a_slow_page_does_not_hold_the_client_listener(router: RouterServer, monkeypatch: pytest.MonkeyPatch,
+                                                        path: str, view: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+    real = getattr(dashboard, view)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        assert release.wait(60), "the test never let the page go"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard, view, held)
+    admin = "http://{}:{}".format(*router.addresses["admin"])
+    client = "http://{}:{}".format(*router.addresses["client"])
+    pages: list[httpx.Response] = []
+    asking = threading.Thread(target=lambda: pages.append(httpx.get(admin + path, timeout=60)))
+    asking.start()
+    try:
+        assert entered.wait(30), f"{path} never reached {view}"
+        # The page is inside its view now; the loop must still serve both listeners.
+        assert httpx.get(client + "/health", timeout=10).status_code == 200
+        assert httpx.get(admin + "/static/style.css", timeout=10).status_code == 200
+        assert not pages, "the page finished while held"
+    finally:
+        release.set()
+        asking.join(60)
+    assert pages and pages[0].status_code == 200
