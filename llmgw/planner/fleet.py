@@ -67,7 +67,7 @@ class NodeView:
     mem_reserved_mb: float = 0.0
     ports: set[int] = field(default_factory=set)
     _pools: dict[str | None, GpuPool] = field(default_factory=dict, repr=False)
-    _free: dict[str | None, int] = field(default_factory=dict, repr=False)
+    free_counts: dict[str | None, int] = field(default_factory=dict, repr=False)  # free_count's, per class
 
     @property
     def gpus(self) -> list[Gpu] | None:
@@ -100,17 +100,17 @@ class NodeView:
         return [i for i in self.pool(gpu_class).healthy if i not in self.used]
 
     def free_count(self, gpu_class: str | None) -> int:
-        cached = self._free.get(gpu_class)
+        cached = self.free_counts.get(gpu_class)
         if cached is None:
             healthy = self.pool(gpu_class).healthy
             used = self.used
             cached = len(healthy) - sum(1 for i in healthy if i in used) if used else len(healthy)
-            self._free[gpu_class] = cached
+            self.free_counts[gpu_class] = cached
         return cached
 
     def use(self, gpus: Iterable[int]) -> None:
         self.used.update(gpus)
-        self._free.clear()
+        self.free_counts.clear()
 
     @property
     def partly_used(self) -> bool:

@@ -161,18 +161,24 @@ def fails_now(fleet: Fleet, need: Need, *, gpus_checked: bool = False) -> Callab
     numbers: the spread indexes ask it of every node a shard lands on, once per index (~140,000
     times when 4,096 hosts take 10,000 replicas), and the attribute look-ups were most of each answer."""
     gpus, gpu_class, mem_need, size = 0 if gpus_checked else need.gpus, need.gpu_class, need.memory_mb, need.size
-    source, name = need.source, need.cache_name
+    source = need.source
     span, ports = fleet.port_span, fleet.ports
-    disk_free, holds, pending_on = fleet.disk_free, fleet.holds, fleet.pending_on
+    # Fleet.disk_free, holds and pending_on, read straight from the fleet's tables (mutated in
+    # place as the plan fills, never replaced).
+    disk_free_bytes, pending_bytes, pending = fleet.disk_free_bytes, fleet.pending_bytes, fleet.pending
+    holding = fleet.holder_set(source, need.cache_name)
 
     def fails(n: NodeView) -> bool:
-        if gpus > 0 and n.free_count(gpu_class) < gpus:
-            return True
+        if gpus > 0:
+            free = n.free_counts.get(gpu_class)
+            if (n.free_count(gpu_class) if free is None else free) < gpus:
+                return True
         mem = n.mem_mb
         if mem is not None and mem_need > 0 and mem - n.mem_reserved_mb < mem_need:
             return True
-        if size is not None and (free_b := disk_free(n)) is not None and free_b < size \
-                and not holds(n, source, name) and not pending_on(n, source):
+        if size is not None and (disk := n.disk_key) is not None and n.cache_fs is not None \
+                and disk_free_bytes[disk] - pending_bytes.get(disk, 0) < size \
+                and n.ordinal not in holding and source not in pending.get(disk, ()):
             return True
         return len(n.ports) > span and n.free_port(ports) is None
 

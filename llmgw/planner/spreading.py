@@ -95,8 +95,11 @@ class SpreadIndex:
             group's top (`_settle`): a node that fails stays failed for the rest of the plan.
             A closure, not a method: ~100,000 keys for 10,000 replicas, and `self.` look-ups were a third."""
             o = n.ordinal
+            free = n.free_counts.get(gpu_class)
+            if free is None:
+                free = n.free_count(gpu_class)
             return ((((hosts.get(o, 0) << FIELD | (o not in holding)) << FIELD | (not n.used)) << FIELD
-                     | n.free_count(gpu_class)) << FIELD | o)
+                     | free) << FIELD | o)
 
         self.key_of = key_of
         self._count_placed()
