@@ -10,6 +10,7 @@ colour by trained rate, degraded ones red. Adapters are coloured by rail (`mlx5_
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from llmgw.fabric import End, Fabric, Link
@@ -36,9 +37,15 @@ def fabrics_list(data: SiteData) -> list[dict[str, Any]]:
     return out
 
 
+@lru_cache(maxsize=1 << 16)
+def _switch_key(guid: int) -> str:
+    """A switch's key: the same few thousand per fabric, on every one of its cables."""
+    return f"sw-{hexguid(guid)}"
+
+
 def _end_key(end: End) -> str | None:
     if end.kind == "switch" and end.guid is not None:
-        return f"sw-{hexguid(end.guid)}"
+        return _switch_key(end.guid)
     if end.host is not None and end.ca is not None:
         return f"ca-{end.host}-{end.ca}-{end.port}"
     if end.guid is not None:
@@ -112,7 +119,7 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
         span = max(span - AD_GAP, 0.0)
         sw = switch_width(s.name)
         width = max(sw, span)
-        pos[f"sw-{hexguid(s.guid)}"] = (x + (width - sw) / 2, y_of[tiers[-1]], sw, SWITCH_H)
+        pos[_switch_key(s.guid)] = (x + (width - sw) / 2, y_of[tiers[-1]], sw, SWITCH_H)
         ax0 = x + (width - span) / 2
         for a, dx in zip(group, xs, strict=True):
             pos[a["key"]] = (ax0 + dx, ad_y, AD_W, AD_H)
@@ -134,10 +141,10 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
         step = (width - GUTTER - MARGIN) / len(row)
         for i, s in enumerate(row):
             sw = switch_width(s.name)
-            pos[f"sw-{hexguid(s.guid)}"] = (GUTTER + step * (i + 0.5) - sw / 2, y_of[t], sw, SWITCH_H)
+            pos[_switch_key(s.guid)] = (GUTTER + step * (i + 0.5) - sw / 2, y_of[t], sw, SWITCH_H)
     for t in tiers:
         for s in by_tier[t]:
-            key = f"sw-{hexguid(s.guid)}"
+            key = _switch_key(s.guid)
             sx, sy, sw, sh = pos[key]
             nodes.append({"key": key, "name": s.name, "short": short_switch_name(s.name), "tier": t,
                           "guid": hexguid(s.guid), "hops": s.hops, "lid": s.lid, "ports": s.ports,
@@ -147,6 +154,7 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
     drawn: list[dict[str, Any]] = []
     missing = 0
     pairs: dict[tuple[str, str], list[Link]] = {}
+    rate_text: dict[Any, str] = {}  # a fabric has a few rates and 100,000 cables
     for link in fabric.links:
         ka, kb = _end_key(link.a), _end_key(link.b)
         if ka is None or kb is None or ka not in pos or kb not in pos:
@@ -158,15 +166,18 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
         bx, by, bw, bh = pos[kb]
         lower, upper = ((ax, ay, aw, ah), (bx, by, bw, bh)) if ay >= by else ((bx, by, bw, bh), (ax, ay, aw, ah))
         n = len(links)
-        for i, link in enumerate(sorted(links, key=lambda lk: (lk.a.port, lk.b.port))):
+        for i, link in enumerate(sorted(links, key=lambda lk: (lk.a.port, lk.b.port)) if n > 1 else links):
             off = (i - (n - 1) / 2) * 6
+            rate = rate_text.get(link.rate)
+            if rate is None:
+                rate = rate_text[link.rate] = str(link.rate)
             drawn.append({
-                "a": ka, "b": kb, "kind": link.kind, "rate": str(link.rate),
+                "a": ka, "b": kb, "kind": link.kind, "rate": rate,
                 "expected": None if link.expected is None else str(link.expected), "degraded": link.degraded,
-                "colour": DEGRADED if link.degraded else rate_colour.get(str(link.rate), RATE_COLOURS[-1]),
+                "colour": DEGRADED if link.degraded else rate_colour.get(rate, RATE_COLOURS[-1]),
                 "x1": lower[0] + lower[2] / 2 + off, "y1": lower[1],
                 "x2": upper[0] + upper[2] / 2 + off, "y2": upper[1] + upper[3],
-                "title": f"{link.a.label} — {link.b.label}: {link.rate}"
+                "title": f"{link.a.label} — {link.b.label}: {rate}"
                          + (f" (expected {link.expected}; degraded)" if link.degraded else "")})
     height = ad_y + AD_H + LABEL_ROOM + MARGIN if adapters else bottom_row_y + SWITCH_H + MARGIN
     return {
