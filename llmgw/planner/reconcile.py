@@ -64,6 +64,12 @@ class _Replacing:
     destroy_if_unplaced: bool
 
 
+def _units_fresh(view: NodeView) -> bool:
+    """Whether a node's facts list its units and are current enough to claim drift."""
+    f = view.facts
+    return f is not None and f.units is not None and not f.stale
+
+
 def _endpoint(address: str, port: int) -> str:
     host = f"[{address}]" if ":" in address and not address.startswith("[") else address
     return f"http://{host}:{port}"
@@ -113,8 +119,9 @@ class _Planner:
     def _fresh_units(self, node: str) -> tuple[NodeView, set[str]] | None:
         """A node's units, when its facts are known and current enough to claim drift."""
         view = self.fleet.by_name.get(node)
-        if view is None or view.facts is None or view.facts.units is None or view.facts.stale:
+        if view is None or not _units_fresh(view):
             return None
+        assert view.facts is not None and view.facts.units is not None
         return view, {u.name for u in view.facts.units}
 
     def _missing_units(self, r: Replica) -> list[Shard]:
@@ -198,7 +205,7 @@ class _Planner:
         found: list[tuple[str, str, str | None]] = []
         for node in self.fleet.nodes:
             f = node.facts
-            if self._fresh_units(node.name) is None or f is None or f.units is None:
+            if f is None or f.units is None or not _units_fresh(node):  # no set of names built per node
                 continue
             found.extend((node.name, u.name, u.lineage) for u in sorted(f.units, key=lambda u: u.name)
                          if parse_unit(u.name) is not None)
