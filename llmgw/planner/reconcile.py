@@ -111,6 +111,7 @@ class _Planner:
         self._next_n: dict[str, int] = {}
         self._specs: dict[tuple[str, str], str] = {}
         self._needs: dict[tuple[str, str], Need] = {}
+        self._profiles: dict[tuple[str, str], tuple[Model | None, Profile | None]] = {}
         self.foreign: list[str] = []  # notes on units of another state's lineage
         self.foreign_held: dict[str, list[str]] = {}  # node -> what another state's units hold there
 
@@ -137,9 +138,13 @@ class _Planner:
         return missing
 
     def _profile(self, r: Replica) -> tuple[Model | None, Profile | None]:
-        model = self.catalog.models.get(r.model)
-        profile = next((p for p in model.profiles if p.name == r.profile), None) if model else None
-        return model, profile
+        key = (r.model, r.profile)  # asked twice per replica in the state (10,000 at 4,096 hosts)
+        found = self._profiles.get(key)
+        if found is None:
+            model = self.catalog.models.get(r.model)
+            profile = next((p for p in model.profiles if p.name == r.profile), None) if model else None
+            found = self._profiles[key] = (model, profile)
+        return found
 
     def _reserve(self, r: Replica, skip: Iterable[Shard] = ()) -> None:
         model, profile = self._profile(r)
@@ -346,17 +351,17 @@ class _Planner:
         return reasons if profile.engine == "llamacpp" or is_repo_source(model.source) else ()
 
     def _kept(self, r: Replica) -> schema.PlannedReplica:
-        shards = [schema.PlannedShard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit,
-                               address=self.fleet.by_name[s.node].host.mgmt_address
-                               if s.node in self.fleet.by_name else "")
+        shards = [schema.PlannedShard.placed(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit,
+                                             address=self.fleet.by_name[s.node].host.mgmt_address
+                                             if s.node in self.fleet.by_name else "")
                   for s in sorted(r.shards, key=lambda s: s.rank)]
         fabric = None
         if len(shards) > 1:
             views = [self.fleet.by_name.get(s.node) for s in shards]
             common = set.intersection(*(set(v.fabrics) if v else set() for v in views))
             fabric = min(common) if common else None
-        return schema.PlannedReplica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, shards=shards,
-                              endpoint=r.endpoint, spec_hash=r.spec_hash, status="kept", fabric=fabric)
+        return schema.PlannedReplica.kept(id=r.id, model=r.model, profile=r.profile, engine=r.engine, shards=shards,
+                                          endpoint=r.endpoint, spec_hash=r.spec_hash, fabric=fabric)
 
     def _unplaced(self, model: Model) -> schema.Unplaced:
         entry = self.unplaced.get(model.name)

@@ -104,6 +104,15 @@ class PlannedReplica(_Model):
                               "endpoint": endpoint, "spec_hash": spec_hash, "status": "new", "fabric": fabric,
                               "source": source, "cache_name": cache_name, "args": args, "env": env})
 
+    @classmethod
+    def kept(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard], endpoint: str,
+             spec_hash: str, fabric: str | None) -> PlannedReplica:
+        """A replica kept where it runs, from the state's validated record (see `_trusted`): what
+        every re-plan of an unchanged fleet makes for each replica."""
+        return _trusted(cls, {"id": id, "model": model, "profile": profile, "engine": engine, "shards": shards,
+                              "endpoint": endpoint, "spec_hash": spec_hash, "status": "kept", "fabric": fabric,
+                              "source": None, "cache_name": None, "args": None, "env": None})
+
 
 class UnitRef(_Model):
     node: str

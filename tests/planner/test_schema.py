@@ -108,6 +108,11 @@ def test_placed_records_are_the_validated_ones() -> None:
     assert rep.model_dump(mode="json") == validated.model_dump(mode="json")
     assert rep.model_dump_json() == validated.model_dump_json()
     assert rep.model_fields_set == validated.model_fields_set
+    kept_kw = {k: rep_kw[k] for k in ("id", "model", "profile", "engine", "shards", "endpoint", "spec_hash", "fabric")}
+    kept = PlannedReplica.kept(**kept_kw)
+    assert kept == PlannedReplica(status="kept", **kept_kw)
+    assert kept.model_dump_json() == PlannedReplica(status="kept", **kept_kw).model_dump_json()
+    assert list(kept.__dict__) == list(PlannedReplica.model_fields)
     assert not PlannedReplica.__pydantic_post_init__ and not PlannedShard.__pydantic_post_init__
     with pytest.raises(ValidationError):
         rep.id = "other"
