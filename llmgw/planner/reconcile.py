@@ -112,6 +112,7 @@ class _Planner:
         self._specs: dict[tuple[str, str], str] = {}
         self._needs: dict[tuple[str, str], Need] = {}
         self._profiles: dict[tuple[str, str], tuple[Model | None, Profile | None]] = {}
+        self._units: dict[str, tuple[NodeView, set[str]] | None] = {}
         self.foreign: list[str] = []  # notes on units of another state's lineage
         self.foreign_held: dict[str, list[str]] = {}  # node -> what another state's units hold there
 
@@ -119,11 +120,15 @@ class _Planner:
 
     def _fresh_units(self, node: str) -> tuple[NodeView, set[str]] | None:
         """A node's units, when its facts are known and current enough to claim drift."""
+        if node in self._units:  # asked per shard in the state: once per node is enough (facts do not change)
+            return self._units[node]
         view = self.fleet.by_name.get(node)
-        if view is None or not _units_fresh(view):
-            return None
-        assert view.facts is not None and view.facts.units is not None
-        return view, {u.name for u in view.facts.units}
+        found = None
+        if view is not None and _units_fresh(view):
+            assert view.facts is not None and view.facts.units is not None
+            found = view, {u.name for u in view.facts.units}
+        self._units[node] = found
+        return found
 
     def _missing_units(self, r: Replica) -> list[Shard]:
         missing = []
