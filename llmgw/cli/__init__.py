@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -80,6 +81,16 @@ def cli(ctx: click.Context, directory: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: expected errors print themselves, without a traceback."""
+    try:
+        _run(argv)
+    finally:
+        # The process ends with the command. Python's last act is a full collection over every
+        # object still alive (a view of 4,096 hosts keeps a few million: ~0.3 s of CPU, for a
+        # process about to hand its memory back): frozen objects are left out of it.
+        gc.freeze()
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="llmgw", standalone_mode=False)
     except LlmgwError as exc:
