@@ -8,7 +8,8 @@ fabric). The dashboard runs in this process on loopback (uvicorn, as a router's 
 mounts it); Debian's Chromium (headless, through playwright) opens the compute fabric's page.
 
 Per size it prints, the best of --repeat page loads:
-- `html s`: the server's time for the page (request sent to the last byte, Navigation Timing);
+- `html s`: request sent to the page's last byte received (Navigation Timing): the server's
+  time plus the transfer, which Chromium reads as it parses (25 MB at 16,000 adapters);
 - `load s`: navigation start to the load event (the HTML parsed, the drawing laid out, the
   page's script run);
 - `longest s`: the longest task that held the page's main thread (PerformanceObserver
