@@ -20,7 +20,10 @@ FACTS_VERSION = 1
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built when first validated: a plan or view from the facts memo makes records without
+    # validating any (pack_records), so its process need not build their schemas (~0.1 s of
+    # imports, with the planner's records).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Gpu(_Model):

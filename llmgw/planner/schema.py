@@ -45,7 +45,9 @@ ReasonCode = Literal[
 REASON_CODES: tuple[str, ...] = get_args(ReasonCode)
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built when first validated or dumped: `llmgw plan` makes its records from validated
+    # values (_trusted) and writes its JSON in one walk, so it need not build their schemas.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 _M = TypeVar("_M", bound=BaseModel)
