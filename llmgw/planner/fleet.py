@@ -90,8 +90,8 @@ class NodeView:
                 gpus = sorted(gpus, key=_by_index)
                 indexes = [g.index for g in gpus]
             total = tuple(indexes)
-            sick = [g for g in gpus if g.problems]  # `healthy` is `not problems`; one pass, not two
-            cached = GpuPool(total, total if not sick else tuple([g.index for g in gpus if not g.problems]),
+            sick = [g for g in gpus if not g.healthy]
+            cached = GpuPool(total, total if not sick else tuple([g.index for g in gpus if g.healthy]),
                              tuple(sick))
             self._pools[gpu_class] = cached
         return cached

@@ -409,9 +409,8 @@ def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> MultiPrefs:
     gpu_class = need.gpu_class
 
     def pref(n: NodeView) -> tuple[bool, bool, bool, int, int]:
-        """One node: clean cables, holding the weights, partly used (as _pack), fewest free, name."""
-        return (n.degraded.get(fabric, False), n.ordinal not in holders, not n.used, n.free_count(gpu_class),
-                n.ordinal)
+        """One node: clean cables, holding the weights, partly used, fewest free, name."""
+        return (n.degraded.get(fabric, False), n.ordinal not in holders, *_pack(n, gpu_class), n.ordinal)
 
     def cheap(c: Sequence[NodeView]) -> SetScore:
         """A set: degraded cables, weights held, whole nodes broken into, GPUs left, names."""
@@ -419,7 +418,7 @@ def _multi_prefs(fleet: Fleet, need: Need, fabric: str) -> MultiPrefs:
         for n in c:  # one pass, not four sums: a set is scored each time its group changes
             degraded += n.degraded.get(fabric, False)
             held += n.ordinal in holders
-            whole += not n.used  # not partly used
+            whole += not n.partly_used
             free += n.free_count(gpu_class)
         return (degraded, -held, whole, free, sorted([n.ordinal for n in c]))
 

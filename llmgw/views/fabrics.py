@@ -166,7 +166,7 @@ def fabric_drawing(fabric: Fabric) -> dict[str, Any]:
         bx, by, bw, bh = pos[kb]
         lower, upper = ((ax, ay, aw, ah), (bx, by, bw, bh)) if ay >= by else ((bx, by, bw, bh), (ax, ay, aw, ah))
         n = len(links)
-        for i, link in enumerate(sorted(links, key=lambda lk: (lk.a.port, lk.b.port)) if n > 1 else links):
+        for i, link in enumerate(sorted(links, key=lambda lk: (lk.a.port, lk.b.port))):
             off = (i - (n - 1) / 2) * 6
             rate = rate_text.get(link.rate)
             if rate is None:
