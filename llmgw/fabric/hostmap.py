@@ -11,12 +11,12 @@ fleet at a glance does not load every switch and cable either.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmgw.errors import FabricError
 from llmgw.fabric.rails import sets_aligned
+from llmgw.facts.digest import text_digest
 from llmgw.facts.records import HostFacts
 
 # Per host and fabric: (rail, leaf name, leaf GUID) of each adapter cabled to a switch, in
@@ -96,6 +96,5 @@ def capture_key(facts: Iterable[HostFacts]) -> tuple[tuple[str, float, str], ...
     # A few hosts of thousands carry a capture: sort those only.
     captures = sorted(((f, f.ibnetdiscover) for f in facts if f.ibnetdiscover is not None),
                       key=lambda c: (c[0].gathered_at.timestamp(), c[0].host))
-    # SHA-256 for speed (llmgw.facts.memo): tens of megabytes of text at 4,096 hosts, every plan.
-    return tuple((f.host, f.gathered_at.timestamp(), hashlib.sha256(text.encode()).hexdigest())
-                 for f, text in captures)
+    # Tens of megabytes of text at 4,096 hosts: digests the facts memo made are not made again.
+    return tuple((f.host, f.gathered_at.timestamp(), text_digest(text)) for f, text in captures)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from llmgw import collector
 from llmgw.errors import FactsError, LlmgwError
 from llmgw.facts import memo
+from llmgw.facts.digest import remember, text_digest
 from llmgw.facts.records import HostFacts, pack_records, unpack_records
 from llmgw.yamlio import FileError, atomic_write, json_text, read_text
 
@@ -27,9 +28,10 @@ _DEVICE_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 # Below this many hosts, parsing the facts costs less than a memo would (and tests stay uncached).
 MEMO_MIN_FILES = 256
 # The modules whose code decides what a memoised HostFacts is: a change to one is a miss.
-_MEMO_MODULES = ("llmgw.facts.records", "llmgw.facts.cache")
-# What the memo holds: ([(file name, fingerprint)], the facts as records.pack_records packs them).
-_MEMO_FORM = "found, packed records"
+_MEMO_MODULES = ("llmgw.facts.records", "llmgw.facts.cache", "llmgw.facts.digest")
+# What the memo holds: ([(file name, fingerprint)], the facts as records.pack_records packs them,
+# {host: its fabric capture's digest (llmgw.facts.digest)}).
+_MEMO_FORM = "found, packed records, capture digests"
 Fingerprint = tuple[int, int, int, int]
 
 
@@ -84,7 +86,8 @@ def _read_facts(facts_dir: Path, memo_min: int) -> dict[str, HostFacts]:
         out[facts.host] = facts
         records.append(facts)
     if use_memo:
-        memo.store("facts", where, version, (found, pack_records(records)))
+        digests = {f.host: text_digest(f.ibnetdiscover) for f in records if f.ibnetdiscover is not None}
+        memo.store("facts", where, version, (found, pack_records(records), digests))
     return out
 
 
@@ -93,9 +96,12 @@ def _memoised(where: Path, version: tuple[object, ...]) -> tuple[list[tuple[str,
     stored = memo.load("facts", where, version)
     if stored is not None:
         try:
-            found, packed = stored
+            found, packed, digests = stored
             records = unpack_records(packed)
-            if type(found) is list and len(found) == len(records):
+            if type(found) is list and len(found) == len(records) and type(digests) is dict:
+                # Each digest was made from the very text unpacked here (the memo's payload is
+                # checked whole): a plan need not hash its 27 MB of captures again.
+                remember((f.ibnetdiscover, digests[f.host]) for f in records if f.ibnetdiscover is not None)
                 return found, records
         except Exception:  # not the form this code writes (the key should have said so): a miss
             pass

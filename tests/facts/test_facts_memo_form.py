@@ -16,6 +16,7 @@ import pytest
 from llmgw.facts import cache as facts_cache
 from llmgw.facts import memo, records
 from llmgw.facts.cache import read_facts, write_facts
+from llmgw.facts.digest import text_digest
 from llmgw.facts.records import HostFacts, pack_records, unpack_records
 
 NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
@@ -172,7 +173,12 @@ def test_a_memo_in_another_form_is_a_miss(tmp_path: Path, monkeypatch: pytest.Mo
     assert read_facts(tmp_path / "facts", memo_min=0) == plain
     memo.store("facts", where, key, (found, pack_records([])))  # the files, but not their facts
     assert read_facts(tmp_path / "facts", memo_min=0) == plain
-    memo.store("facts", where, key, (found, pack_records([plain["gpu-01"]])))
+    memo.store("facts", where, key, (found, pack_records([plain["gpu-01"]])))  # no capture digests
+    assert read_facts(tmp_path / "facts", memo_min=0) == plain
+    memo.store("facts", where, key, (found, pack_records([plain["gpu-01"]]), {}))  # its capture's digest missing
+    assert read_facts(tmp_path / "facts", memo_min=0) == plain
+    capture = plain["gpu-01"].ibnetdiscover or ""
+    memo.store("facts", where, key, (found, pack_records([plain["gpu-01"]]), {"gpu-01": text_digest(capture)}))
     with monkeypatch.context() as patched:  # and this one is this code's form: a hit
         patched.setattr(facts_cache, "_read_one", lambda *_: pytest.fail("parsed although memoised"))
         assert read_facts(tmp_path / "facts", memo_min=0) == plain
