@@ -6,14 +6,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from llmgw.cli import output
 from llmgw.errors import UsageError
+
+if TYPE_CHECKING:  # rich is imported where text is printed: `llmgw models --json` needs none of it
+    from rich.console import Console
 
 MODEL_ARG = "llmgw.models.model"
 
@@ -62,10 +63,14 @@ def show_model(app: Any, view: dict[str, Any], name: str, as_json: bool) -> None
     if as_json:
         output.print_json(detail)
     else:
+        from rich.console import Console
+
         detail_text(detail, Console(highlight=False, soft_wrap=False))
 
 
 def detail_text(detail: dict[str, Any], con: Console) -> None:
+    from rich.text import Text
+
     from llmgw.probe.results import BENCH_HEADERS, bench_rows, check_headers, check_rows
 
     m = detail["model"]

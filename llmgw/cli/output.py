@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from llmgw.errors import LlmgwError
 from llmgw.yamlio import json_text
 
-console = Console(highlight=False, soft_wrap=False)
-err_console = Console(stderr=True, highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    console: Console
+    err_console: Console
+
+
+def __getattr__(name: str) -> Any:
+    # `output.console` and `output.err_console` (and rich, ~35 ms of imports) are made when
+    # first printed to: a `--json` command never loads rich.
+    if name in ("console", "err_console"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _console(name: str) -> Console:
+    made: Console | None = globals().get(name)
+    if made is None:
+        from rich.console import Console
+
+        made = globals()[name] = Console(highlight=False, soft_wrap=False) if name == "console" else \
+            Console(stderr=True, highlight=False)
+    return made
 
 
 def print_json(data: Any) -> None:
@@ -23,6 +42,8 @@ def print_json(data: Any) -> None:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, box=None, header_style="bold", pad_edge=False, show_edge=False)
     for c in columns:
         t.add_column(c, overflow="fold")
@@ -32,6 +53,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str |
 
 
 def print_error(exc: LlmgwError) -> None:
+    err_console = _console("err_console")
     err_console.print(f"[bold red]Error:[/] {exc.message}", markup=True, soft_wrap=True)
     for line in exc.detail:
         err_console.print(f"  {line}", markup=False, soft_wrap=True)

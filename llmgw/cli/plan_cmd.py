@@ -10,7 +10,6 @@ import click
 from llmgw import collector
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.planner import make_plan
-from llmgw.planner.explain import explain, explanation_json, render_explanation
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import render_plan
 from llmgw.yamlio import atomic_write
@@ -62,6 +61,7 @@ def _plan(app: AppContext, out: Path | None, as_json: bool) -> bool:
 def explain_cmd(app: AppContext, model: str, as_json: bool) -> None:
     """Every node considered for MODEL (a name or alias), per profile, and why it was rejected."""
     from llmgw.cli import output  # rich, which `llmgw plan` does not use
+    from llmgw.planner.explain import explain, explanation_json, render_explanation  # nor the explainer
 
     e = explain(load_inputs(app.site), model)
     if as_json:

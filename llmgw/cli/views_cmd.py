@@ -21,18 +21,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.text import Text
 
 from llmgw import collector
 from llmgw.cli import hub_cmd, output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.models_detail import MODEL_ARG, ModelsGroup, show_model
-from llmgw.cli.views_text import console, models_text, replicas_text, status_text
 from llmgw.errors import LlmgwError, RunnerError, StateError, UsageError
 from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
 
 # The views themselves (the planner, the fabrics, httpx) are imported inside the commands
-# that run them, so `llmgw --help` and every other command start without them.
+# that run them, so `llmgw --help` and every other command start without them; their text
+# (rich, llmgw.cli.views_text) where it is printed, so `--json` starts without it.
 if TYPE_CHECKING:
     from llmgw.state import StateBackend
     from llmgw.views import Runtime, SiteData
@@ -94,6 +93,8 @@ def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str
     if as_json:
         output.print_json(view)
     else:
+        from llmgw.cli.views_text import console, status_text
+
         status_text(view, console())
         click.echo(summary_line(view["state"]))
         for r in view["state"].get("controller_runs", []):
@@ -127,6 +128,8 @@ def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: 
     if as_json:
         output.print_json(view)
     else:
+        from llmgw.cli.views_text import console, models_text
+
         models_text(view, console())
 
 models.add_command(hub_cmd.search)
@@ -158,6 +161,8 @@ def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool,
     if as_json:
         output.print_json(view)
     else:
+        from llmgw.cli.views_text import console, replicas_text
+
         replicas_text(view, console())
 
 @click.command("logs")
@@ -181,6 +186,10 @@ def logs(app: AppContext, replica: str, lines: int, as_json: bool) -> None:
     if as_json:
         output.print_json(result)
         return
+    from rich.text import Text
+
+    from llmgw.cli.views_text import console
+
     con = console()
     for s in result["shards"]:
         con.print(f"[bold]==> {s['node']} {s['unit']} (shard {s['rank']}) <==[/]")

@@ -9,6 +9,8 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
+import pytest
+
 import llmgw.cli
 from llmgw.cli import VERBS
 from tests.support.cli import run_cli
@@ -101,5 +103,22 @@ def test_a_validate_run_loads_neither_ansible_nor_the_router(tmp_path: Path) -> 
              " or m.startswith(('llmgw.router', 'llmgw.apply'))))")
     assert run_cli("init", str(tmp_path / "site")).exit_code == 0
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site")], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("args", [["plan"], ["status", "--no-router", "--json"], ["models", "--no-router", "--json"],
+                                  ["nodes", "--json"]])
+def test_json_views_and_plan_load_no_text_layout(tmp_path: Path, args: list[str]) -> None:
+    """rich (tables, consoles, progress bars: ~35 ms) loads where text is printed, the gathering
+    code where facts are gathered, the explainer where a plan is explained: views and plans of a
+    large fleet are run often (scripts, dashboards' neighbours) and each millisecond is paid each time."""
+    probe = ("import sys; from llmgw.cli import main\n"
+             "try:\n    main(['-C', sys.argv[1], *sys.argv[2:]])\n"
+             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'"
+             " or m in ('llmgw.facts.gather', 'llmgw.planner.explain', 'llmgw.cli.views_text')))")
+    assert run_cli("init", str(tmp_path / "site")).exit_code == 0
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site"), *args], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
