@@ -9,7 +9,7 @@ under its replica; facts do not carry progress yet, so callers that fetched it h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -71,11 +71,10 @@ def _errors(data: SiteData, r: Replica, rt: Mapping[str, Any] | None, runtime: R
     return out
 
 
-def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
-                   downloads: Mapping[tuple[str, str], Mapping[str, Any]]) -> dict[str, Any]:
+def replica_activity(data: SiteData, r: Replica, runtime: Runtime, now: datetime) -> dict[str, Any]:
+    """What a replica is doing and what is wrong with it: what `llmgw status` counts and lists
+    of each replica (at 4,096 hosts, 10,000 of them); `replica_record` adds where it runs."""
     rt = runtime.replica(r.id)
-    model = data.catalog.models.get(r.model)
-    name = r.cache_name or (cache_name(model.source) if model is not None else None)
     age = None if r.created_at is None else (now - r.created_at).total_seconds()
     in_flight = int(rt.get("in_flight") or 0) if rt else (0 if runtime.known else None)
     if not runtime.known or (not runtime.complete and not in_flight):
@@ -85,6 +84,23 @@ def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
     else:
         used = rt is not None and rt.get("last_used") is not None
         idle = float(rt["idle_seconds"]) if rt is not None and rt.get("idle_seconds") is not None else None
+    return {
+        "id": r.id, "model": r.model, "state": r.state,
+        "age_seconds": age,
+        "used": used,
+        "idle_seconds": idle,
+        "last_used": rt.get("last_used") if rt else None,
+        "in_flight": in_flight,
+        "in_flight_partial": runtime.known and not runtime.complete,  # the answering routers' share only
+        "health": rt.get("health") if rt else None,
+        "errors": _errors(data, r, rt, runtime),
+    }
+
+
+def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
+                   downloads: Mapping[tuple[str, str], Mapping[str, Any]]) -> dict[str, Any]:
+    model = data.catalog.models.get(r.model)
+    name = r.cache_name or (cache_name(model.source) if model is not None else None)
     shards = sorted(r.shards, key=lambda s: s.rank)
     dl = []
     if name is not None:
@@ -97,21 +113,18 @@ def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
                            if isinstance(p.get("total"), int) and p["total"] else None,
                            "text": f"downloading on {s.node}: {download_text(p)}"})
     return {
-        "id": r.id, "model": r.model, "profile": r.profile, "engine": r.engine, "state": r.state,
-        "endpoint": r.endpoint,
+        **replica_activity(data, r, runtime, now),
+        "profile": r.profile, "engine": r.engine, "endpoint": r.endpoint,
         "shards": [{"node": s.node, "rank": s.rank, "gpus": list(s.gpus), "port": s.port, "unit": s.unit,
                     "text": shard_text(s.node, list(s.gpus))} for s in shards],
         "created_at": r.created_at.isoformat() if r.created_at else None,
-        "age_seconds": age,
-        "used": used,
-        "idle_seconds": idle,
-        "last_used": rt.get("last_used") if rt else None,
-        "in_flight": in_flight,
-        "in_flight_partial": runtime.known and not runtime.complete,  # the answering routers' share only
-        "health": rt.get("health") if rt else None,
-        "errors": _errors(data, r, rt, runtime),
         "downloads": dl,
     }
+
+
+def in_order(replicas: Iterable[Replica]) -> list[Replica]:
+    """Replicas as the views list them: by model, then replica number (the plan's order)."""
+    return sorted(replicas, key=lambda r: replica_sort_key(r.id, r.model))
 
 
 def idle_text(rec: Mapping[str, Any]) -> str:
@@ -129,8 +142,7 @@ def replicas_view(data: SiteData, runtime: Runtime, now: datetime, *, model: str
     if model is not None:
         m = data.catalog.resolve(model)
         wanted = m.name if m is not None else model
-    replicas = sorted(data.state.replicas, key=lambda r: replica_sort_key(r.id, r.model))
-    records = [replica_record(data, r, runtime, now, downloads or {}) for r in replicas
+    records = [replica_record(data, r, runtime, now, downloads or {}) for r in in_order(data.state.replicas)
                if wanted is None or r.model == wanted]
     notes = list(runtime.problems)
     if not runtime.known and not runtime.problems:  # else the problems say why

@@ -21,7 +21,7 @@ from typing import Any
 from llmgw.views.defaults import IDLE_AFTER
 from llmgw.views.models import models_view
 from llmgw.views.nodes import gpu_holders
-from llmgw.views.replicas import replicas_view
+from llmgw.views.replicas import in_order, replica_activity
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import percent
@@ -84,7 +84,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
     holders = gpu_holders(data)
     caps, unknown = capacity(data, holders)
     models = models_view(data, runtime)
-    reps = replicas_view(data, runtime, now)["replicas"]
+    reps = [replica_activity(data, r, runtime, now) for r in in_order(data.state.replicas)]
     nodes = data.inventory.nodes
     node_counts = {s: sum(1 for h in nodes.values() if h.node_state == s) for s in ("ready", "cordoned", "draining")}
     idle: list[dict[str, Any]] | None = None
