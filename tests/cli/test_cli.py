@@ -94,17 +94,25 @@ def test_every_command_module_is_in_the_verb_table() -> None:
     assert defined == VERBS
 
 
+def loaded_by(tmp_path: Path, args: list[str], unwanted: str) -> list[str]:
+    """The modules matching `unwanted` (an expression of `m`, a module name) that `llmgw ARGS`
+    loaded in a fresh interpreter, on a site `llmgw init` made; the command must succeed."""
+    probe = ("import sys; from llmgw.cli import main\n"
+             "try:\n    main(['-C', sys.argv[1], *sys.argv[2:]])\n"
+             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             f"print(sorted(m for m in sys.modules if {unwanted}))")
+    assert run_cli("init", str(tmp_path / "site")).exit_code == 0
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site"), *args], capture_output=True, text=True,
+                          check=True)
+    found: list[str] = json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+    return found
+
+
 def test_a_validate_run_loads_neither_ansible_nor_the_router(tmp_path: Path) -> None:
     """What a pull request's pipeline runs first stays cheap to start."""
-    probe = ("import sys; from llmgw.cli import main\n"
-             "try:\n    main(['-C', sys.argv[1], 'catalog', 'validate', '--offline'])\n"
-             "except SystemExit:\n    pass\n"
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ansible_runner', 'ansible', 'aiohttp')"
-             " or m.startswith(('llmgw.router', 'llmgw.apply'))))")
-    assert run_cli("init", str(tmp_path / "site")).exit_code == 0
-    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site")], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+    assert loaded_by(tmp_path, ["catalog", "validate", "--offline"],
+                     "m.split('.')[0] in ('ansible_runner', 'ansible', 'aiohttp')"
+                     " or m.startswith(('llmgw.router', 'llmgw.apply'))") == []
 
 
 @pytest.mark.parametrize("args", [["plan"], ["status", "--no-router", "--json"], ["models", "--no-router", "--json"],
@@ -113,12 +121,5 @@ def test_json_views_and_plan_load_no_text_layout(tmp_path: Path, args: list[str]
     """rich (tables, consoles, progress bars: ~35 ms) loads where text is printed, the gathering
     code where facts are gathered, the explainer where a plan is explained: views and plans of a
     large fleet are run often (scripts, dashboards' neighbours) and each millisecond is paid each time."""
-    probe = ("import sys; from llmgw.cli import main\n"
-             "try:\n    main(['-C', sys.argv[1], *sys.argv[2:]])\n"
-             "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
-             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'"
-             " or m in ('llmgw.facts.gather', 'llmgw.planner.explain', 'llmgw.cli.views_text')))")
-    assert run_cli("init", str(tmp_path / "site")).exit_code == 0
-    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "site"), *args], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
+    assert loaded_by(tmp_path, args, "m.split('.')[0] == 'rich'"
+                     " or m in ('llmgw.facts.gather', 'llmgw.planner.explain', 'llmgw.cli.views_text')") == []
