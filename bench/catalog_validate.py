@@ -21,6 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from plan import compile_llmgw  # type: ignore[import-not-found]
+
 from llmgw.catalog import load_catalog
 
 FILES = 10
@@ -71,6 +74,7 @@ def main() -> None:
     sizes = sorted({max(10, args.models // 4), max(10, args.models // 2), args.models})
     print(f"{'models':>7} {'load wall s':>11} {'cpu s':>6} {'cpu ms/1k':>9} {'validate wall s':>15} {'cpu s':>6}")
     cpus: dict[int, float] = {}
+    compile_llmgw()  # `catalog validate` as installed: see bench/plan.py
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="llmgw-bench-catalog-") as tmp:
             root = Path(tmp) / "site"

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from plan import write_site  # type: ignore[import-not-found]
+from plan import compile_llmgw, write_site  # type: ignore[import-not-found]
 
 from llmgw.planner import make_plan
 from llmgw.planner.load import load_inputs
@@ -68,6 +68,7 @@ def main() -> None:
     warm: dict[tuple[str, int], float] = {}
     print(f"{'hosts':>6} {'replicas':>8} {'view':>7} {'cold cpu s':>10} {'warm cpu s':>10} {'warm wall s':>11} "
           f"{'KB out':>7} {'goal x':>6}")
+    compile_llmgw()  # as installed: see bench/plan.py
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-views-") as tmp:
         env = {**os.environ, "LLMGW_CACHE": str(Path(tmp) / "cache")}
         os.environ["LLMGW_CACHE"] = env["LLMGW_CACHE"]  # the in-process plan too
