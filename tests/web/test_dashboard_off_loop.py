@@ -9,6 +9,7 @@ must answer before the page is let go.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,3 +70,22 @@ def test_a_slow_page_does_not_hold_the_client_listener(router: RouterServer, mon
         release.set()
         asking.join(60)
     assert pages and pages[0].status_code == 200
+
+
+def test_a_page_is_built_with_the_collector_paused(router: RouterServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page's short-lived objects set off collector passes that walked the whole loaded site
+    (millions of objects at 4,096 hosts: `/replicas` 1.0 s, 0.35 s of it its own work); the
+    collector runs again once the page is built."""
+    seen: list[bool] = []
+    real = dashboard.replicas_view
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard, "replicas_view", watched)
+    assert gc.isenabled()
+    admin = "http://{}:{}".format(*router.addresses["admin"])
+    assert httpx.get(admin + "/replicas", timeout=30).status_code == 200
+    assert seen == [False]
+    assert gc.isenabled()
