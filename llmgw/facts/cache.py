@@ -88,6 +88,7 @@ def _read_facts(facts_dir: Path, memo_min: int) -> dict[str, HostFacts]:
     if use_memo:
         digests = {f.host: text_digest(f.ibnetdiscover) for f in records if f.ibnetdiscover is not None}
         memo.store("facts", where, version, (found, pack_records(records), digests))
+        remember((f.ibnetdiscover, digests[f.host]) for f in records if f.ibnetdiscover is not None)
     return out
 
 
