@@ -88,7 +88,7 @@ def _read_facts(facts_dir: Path, memo_min: int) -> dict[str, HostFacts]:
     if use_memo:
         digests = {f.host: text_digest(f.ibnetdiscover) for f in records if f.ibnetdiscover is not None}
         memo.store("facts", where, version, (found, pack_records(records), digests))
-        remember((f.ibnetdiscover, digests[f.host]) for f in records if f.ibnetdiscover is not None)
+        _hand_over(records, digests)
     return out
 
 
@@ -102,11 +102,16 @@ def _memoised(where: Path, version: tuple[object, ...]) -> tuple[list[tuple[str,
             if type(found) is list and len(found) == len(records) and type(digests) is dict:
                 # Each digest was made from the very text unpacked here (the memo's payload is
                 # checked whole): a plan need not hash its 27 MB of captures again.
-                remember((f.ibnetdiscover, digests[f.host]) for f in records if f.ibnetdiscover is not None)
+                _hand_over(records, digests)
                 return found, records
         except Exception:  # not the form this code writes (the key should have said so): a miss
             pass
     return [], []
+
+
+def _hand_over(records: list[HostFacts], digests: dict[str, str]) -> None:
+    """Give llmgw.facts.digest each record's capture with the digest made from that text."""
+    remember((f.ibnetdiscover, digests[f.host]) for f in records if f.ibnetdiscover is not None)
 
 
 def _read_one(path: Path) -> HostFacts:
