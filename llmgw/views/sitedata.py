@@ -42,7 +42,7 @@ class SiteData:
     facts: dict[str, HostFacts]  # every facts file, inventory node or not
     state: State
     fabric_map: HostFabricMap  # what the plan and the glance views ask of the fabrics
-    inputs: PlanInputs  # what `plan` is made from
+    inputs: PlanInputs  # what `plan` is made from (its `facts`: the inventory nodes' only)
     loaded_at: datetime
     notes: tuple[str, ...] = field(default=())  # what loading found; `plan_notes` has the plan's
 
@@ -67,11 +67,6 @@ class SiteData:
     def plan_notes(self) -> tuple[str, ...]:
         """Why the plan a view shows is not the one `llmgw plan` would make, if it is not."""
         return self._planned[1]
-
-    @property
-    def node_facts(self) -> dict[str, HostFacts]:
-        nodes = self.inventory.nodes
-        return {h: f for h, f in self.facts.items() if h in nodes}
 
     @cached_property
     def fabrics(self) -> FabricIndex:
