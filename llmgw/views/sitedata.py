@@ -13,6 +13,7 @@ seconds).
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -121,17 +122,38 @@ def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
 
 
 def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:
-    """(path, mtime, size) of every file a SiteData is made from: a change to any reloads."""
+    """(path, mtime, size) of every file a SiteData is made from: a change to any reloads.
+
+    Asked on every dashboard request, so walked with os.scandir, one stat a file: pathlib's
+    rglob, is_file and stat took 45-150 ms for 4,096 facts files."""
     out: list[tuple[str, int, int]] = []
     for root in (site.root / SITE_FILE, site.catalog_dir, site.inventory, site.facts_dir, site.state_file):
-        paths = [root] if not root.is_dir() else sorted(p for p in root.rglob("*") if p.is_file())
-        for p in paths:
+        for path in sorted(_files(str(root))):
             try:
-                st = p.stat()
+                st = os.stat(path)
             except OSError:
                 continue
-            out.append((str(p), st.st_mtime_ns, st.st_size))
+            out.append((path, st.st_mtime_ns, st.st_size))
     return tuple(out)
+
+
+def _files(root: str) -> list[str]:
+    """`root` when it is not a folder, else every file under it (links to folders not followed)."""
+    if not os.path.isdir(root):
+        return [root]
+    found: list[str] = []
+    folders = [root]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.path)
+            elif entry.is_file():
+                found.append(entry.path)
+    return found
 
 
 class SiteDataCache:

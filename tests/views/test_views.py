@@ -205,7 +205,18 @@ def test_site_cache_reloads_on_change(tmp_path: Path) -> None:
     first = cache.get()
     assert cache.get() is first
     (root / "catalog" / "chat.yaml").write_text((EXAMPLE / "catalog" / "chat.yaml").read_text() + "\n# touched\n")
-    assert cache.get() is not first
+    second = cache.get()
+    assert second is not first and cache.get() is second
+    # A file added in a folder below the catalog, then removed, reloads too; one outside the inputs does not.
+    (root / "catalog" / "more").mkdir()
+    (root / "catalog" / "more" / "README.md").write_text("notes beside the catalog\n")
+    third = cache.get()
+    assert third is not second
+    (root / "catalog" / "more" / "README.md").unlink()
+    assert cache.get() is not third
+    fourth = cache.get()
+    (root / "notes.txt").write_text("not an input")
+    assert cache.get() is fourth
 
 
 def test_text_rules() -> None:
