@@ -130,8 +130,7 @@ def measure(page: Page, url: str) -> dict[str, Any]:
     figures: dict[str, Any] = page.evaluate(AFTER_LOAD)
     hover = page.evaluate(HOVER)
     figures["hover"], figures["lit"] = hover["seconds"], hover["lit"]
-    host = page.evaluate("() => JSON.parse(document.getElementById('fabric-data').textContent)"
-                         ".adapters.find(a => a.host).host")
+    host = page.evaluate("() => document.querySelector('#fabric-hosts option').value")
     found = page.evaluate(FIND, host)
     figures["find"], figures["found"] = found["seconds"], found["message"]
     return figures

@@ -223,10 +223,9 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
             except FabricError as exc:
                 return not_found(request, exc.message)
             drawing = fabric_drawing(f)
-            nodes = set(data.inventory.nodes)
             return page("fabric.html", request, title=f"Fabric {f.id}", fabric=f.overview(), drawing=drawing,
                         cables=fabric_svg.cables(drawing), switches=fabric_svg.switches(drawing),
-                        adapters=fabric_svg.adapters(drawing), nodes=sorted(h for h in f.hosts if h in nodes))
+                        adapters=fabric_svg.adapters(drawing), details=fabric_svg.details(drawing))
         return await off_loop(make)
 
     @api.post("/api/v1/downloads", include_in_schema=False)

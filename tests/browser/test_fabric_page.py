@@ -79,6 +79,22 @@ def test_fabric_page_draws_every_switch_and_cable(page: Page, dashboard: Dashboa
     strokes = svg.locator("line.cable:not(.degraded)").evaluate_all("els => els.map(e => getComputedStyle(e).stroke)")
     assert RED not in strokes
     expect(page.locator("table.degraded-list")).to_contain_text("gpu-node-03 mlx5_1 port 1")
+
+    # Each cable's tooltip, made on hover, names its ends as the parser labels them.
+    tooltips = svg.locator("g.cables line.cable").evaluate_all(
+        "els => els.map(e => { e.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+        " return e.querySelector('title').textContent; })")
+    assert sorted(tooltips) == sorted(
+        f"{link.a.label} — {link.b.label}: {link.rate}"
+        + (f" (expected {link.expected}; degraded)" if link.degraded else "") for link in capture.links)
+    # And each adapter's: its port, rail and rate, and what a degraded one should run at.
+    tooltips = svg.locator("g.adapter").evaluate_all(
+        "els => els.map(e => { e.querySelector('rect').dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+        " return e.querySelector('title').textContent; })")
+    assert sorted(tooltips) == sorted(
+        f"{h} {a.ca} port {a.port}, rail {a.rail}, {a.rate}"
+        + (f" (degraded, expected {a.expected})" if a.degraded else "")
+        for h, ads in capture.hosts.items() for a in ads)
     expect(page.locator("main")).to_contain_text("gpu-node-05")  # the misaligned rails
     screenshot(page, "fabric-c_fattree_rails_misaligned_degraded")
     svg.screenshot(path=str(screenshot(page, "fabric-c-full").with_name("fabric-c-drawing.png")))
@@ -111,6 +127,9 @@ def test_hover_click_and_find(page: Page, dashboard: Dashboard) -> None:
     details = page.locator("#details")
     expect(details.locator("#details-title")).to_have_text("gpu-node-03 mlx5_1")
     expect(details).to_contain_text("degraded, expected 4xHDR")
+    capture = parse_ibnetdiscover((FIXTURES / f"{FIXTURE}.ibnetdiscover.txt").read_text(), source="fixture")[0]
+    (bad,) = capture.degraded_links
+    expect(details).to_contain_text(f"{bad.a.label} — {bad.b.label}: 1xHDR (expected 4xHDR; degraded)")
     expect(details.locator("a")).to_have_attribute("href", "/nodes/gpu-node-03")
 
     page.fill("#find-input", "gpu-node-05")

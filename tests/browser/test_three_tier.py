@@ -26,6 +26,13 @@ def test_three_tiers_in_three_rows(page: Page, three_tier: str) -> None:
         assert len(set(ys)) == 1, (tier, ys)
         rows[tier] = ys[0]
     assert rows["core"] < rows["spine"] < rows["leaf"]
+    # Every cable's tooltip, switch to switch too, names both ends and ports as the topology does.
+    tooltips = svg.locator("g.cables line.cable").evaluate_all(
+        "els => els.map(e => { e.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+        " return e.querySelector('title').textContent; })")
+    assert sorted(tooltips) == sorted(
+        f"{lk['a']['name']} port {lk['a']['port']} — {lk['b']['name']} port {lk['b']['port']}: {lk['rate']}"
+        + (f" (expected {lk['expected']}; degraded)" if lk["degraded"] else "") for lk in topo["links"])
     screenshot(page, "fabric-three-tier")
 
 
