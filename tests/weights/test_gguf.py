@@ -186,3 +186,24 @@ def test_catalog_validate_refuses_an_unservable_gguf(site: Callable[..., Path], 
     bad.unlink()
     r = run_cli("-C", str(root), "catalog", "validate", "--offline")
     assert r.exit_code == 1 and "notamodel" in r.stderr
+
+
+def test_offline_validate_says_once_which_sources_it_has_not_inspected(site: Callable[..., Path]) -> None:
+    """Never inspected, 7 GGUF models and 7 whole repositories are two notes naming the first
+    five of each, not fourteen lines (a 10,000-model catalog printed 10,000)."""
+    models = "".join(f"""
+          - name: m{i}
+            source: file:///nowhere/m{i}.gguf
+            profiles: [{{name: cpu, engine: llamacpp}}]
+          - name: r{i}
+            source: hf://org/repo{i}
+            profiles: [{{name: gpu, engine: vllm, gpus: 1}}]""" for i in range(7))
+    root = site({"catalog/m.yaml": "models:" + models + "\n"})
+    r = run_cli("-C", str(root), "catalog", "validate", "--offline")
+    assert r.exit_code == 0, r.stderr
+    notes = [line for line in r.stderr.splitlines() if line.startswith("Note:")]
+    assert "Note: m0, m1, m2, m3, m4 and 2 more: source not inspected yet; run `llmgw catalog validate` (online)" \
+        in notes
+    assert "Note: hf://org/repo0@main, hf://org/repo1@main, hf://org/repo2@main, hf://org/repo3@main, " \
+        "hf://org/repo4@main and 2 more: not resolved to a commit yet; run `llmgw catalog validate` (online)" in notes
+    assert len([n for n in notes if "not inspected yet" in n or "not resolved" in n]) == 2
