@@ -9,7 +9,8 @@ mounts it); Debian's Chromium (headless, through playwright) opens the compute f
 
 Per size it prints, the best of --repeat page loads:
 - `html s`: request sent to the page's last byte received (Navigation Timing): the server's
-  time plus the transfer, which Chromium reads as it parses (25 MB at 16,000 adapters);
+  time plus the transfer, which Chromium reads as it parses (19 MB at 16,000 adapters; 25 MB
+  before the tooltips were made in the browser);
 - `load s`: navigation start to the load event (the HTML parsed, the drawing laid out, the
   page's script run);
 - `longest s`: the longest task that held the page's main thread (PerformanceObserver
