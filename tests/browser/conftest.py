@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
 
 from llmgw.router import RouterServer, RouterSettings
 from llmgw.site import Site
@@ -132,6 +132,16 @@ def screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=full_page)
     return path
+
+
+def tooltips(elements: Locator) -> list[str]:
+    """Each element's tooltip as the fabric page makes it, on a first hover: the mouse over
+    the element itself (a cable) or its shape (an adapter's rect)."""
+    result: list[str] = elements.evaluate_all(
+        "els => els.map(e => { const target = e.querySelector('rect') || e;"
+        " target.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
+        " return e.querySelector('title').textContent; })")
+    return result
 
 
 

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from llmgw.fabric import parse_ibnetdiscover
-from tests.browser.conftest import Dashboard, screenshot
+from tests.browser.conftest import Dashboard, screenshot, tooltips
 from tests.support.example_site import EXAMPLE, FIXTURES
 
 pytestmark = pytest.mark.browser
@@ -81,17 +81,11 @@ def test_fabric_page_draws_every_switch_and_cable(page: Page, dashboard: Dashboa
     expect(page.locator("table.degraded-list")).to_contain_text("gpu-node-03 mlx5_1 port 1")
 
     # Each cable's tooltip, made on hover, names its ends as the parser labels them.
-    tooltips = svg.locator("g.cables line.cable").evaluate_all(
-        "els => els.map(e => { e.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
-        " return e.querySelector('title').textContent; })")
-    assert sorted(tooltips) == sorted(
+    assert sorted(tooltips(svg.locator("g.cables line.cable"))) == sorted(
         f"{link.a.label} — {link.b.label}: {link.rate}"
         + (f" (expected {link.expected}; degraded)" if link.degraded else "") for link in capture.links)
     # And each adapter's: its port, rail and rate, and what a degraded one should run at.
-    tooltips = svg.locator("g.adapter").evaluate_all(
-        "els => els.map(e => { e.querySelector('rect').dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
-        " return e.querySelector('title').textContent; })")
-    assert sorted(tooltips) == sorted(
+    assert sorted(tooltips(svg.locator("g.adapter"))) == sorted(
         f"{h} {a.ca} port {a.port}, rail {a.rail}, {a.rate}"
         + (f" (degraded, expected {a.expected})" if a.degraded else "")
         for h, ads in capture.hosts.items() for a in ads)

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import screenshot, tooltips
 
 pytestmark = pytest.mark.browser
 
@@ -27,10 +27,7 @@ def test_three_tiers_in_three_rows(page: Page, three_tier: str) -> None:
         rows[tier] = ys[0]
     assert rows["core"] < rows["spine"] < rows["leaf"]
     # Every cable's tooltip, switch to switch too, names both ends and ports as the topology does.
-    tooltips = svg.locator("g.cables line.cable").evaluate_all(
-        "els => els.map(e => { e.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));"
-        " return e.querySelector('title').textContent; })")
-    assert sorted(tooltips) == sorted(
+    assert sorted(tooltips(svg.locator("g.cables line.cable"))) == sorted(
         f"{lk['a']['name']} port {lk['a']['port']} — {lk['b']['name']} port {lk['b']['port']}: {lk['rate']}"
         + (f" (expected {lk['expected']}; degraded)" if lk["degraded"] else "") for lk in topo["links"])
     screenshot(page, "fabric-three-tier")
