@@ -3,7 +3,11 @@
     executor.py    the steps, in order, with the state written after every one
     hosts.py       the playbooks apply runs (weights, shards, routers, drains) via llmgw.runner
     wheelhouse.py  the router's offline installation medium, built on the control host
-    site.py        wiring a site (inventory, state file, engine artifacts) to the two above
+    wiring.py      wiring a site (inventory, state file, engine artifacts) to the two above
+    dashboard_site.py   the routers' dashboard copy of the site, packed into one archive
+    engine_keys.py      one API key per replica, derived from a site secret
+    controller_token.py the token routers show the controller's demand API
+    on_demand_plans.py  plans for demand: replicas more, or one replica less
 """
 
 from llmgw.apply.executor import Applier, Outcome, check_fresh

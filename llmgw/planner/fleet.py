@@ -122,9 +122,10 @@ class NodeView:
                 return p
         return None
 
-    @property
-    def mem_available_mb(self) -> float | None:
-        return None if self.mem_mb is None else self.mem_mb - self.mem_reserved_mb
+    def leaf_switches(self) -> frozenset[str]:
+        """Every leaf switch the node's adapters hang off, on any fabric (`Fleet.leaf_set`
+        caches it per node)."""
+        return frozenset(leaf for pairs in self.leaves.values() for _adapter, leaf in pairs)
 
 
 _by_index = attrgetter("index")
@@ -310,7 +311,7 @@ class Fleet:
         """Every leaf switch the node's adapters hang off, on any fabric."""
         found = self._leaf_sets.get(node.ordinal)
         if found is None:
-            found = frozenset(leaf for pairs in node.leaves.values() for _adapter, leaf in pairs)
+            found = node.leaf_switches()
             self._leaf_sets[node.ordinal] = found
         return found
 

@@ -257,16 +257,6 @@ def failure_domain(node: NodeView) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def leaf_set(node: NodeView) -> frozenset[str]:
-    """Every leaf switch the node's adapters hang off, on any fabric."""
-    return frozenset(leaf for pairs in node.leaves.values() for _adapter, leaf in pairs)
-
-
-def domain_levels(model: Model) -> tuple[str, ...]:
-    """The failure-domain levels a model spreads over, after hosts, for people to read."""
-    return ("failure domain", *(f"label {label}" for label in model.spread), "leaf switch")
-
-
 def domain_values(node: NodeView, labels: Sequence[str]) -> tuple[str | None, ...]:
     """The node's value at each level but the leaf (None: not declared, so never crowded)."""
     return (failure_domain(node), *(node.host.labels.get(label) for label in labels))
@@ -294,7 +284,7 @@ class Spread:
         out = [self.hosts.get(node.ordinal, 0)]
         for value, counts in zip(domain_values(node, self.labels), self.domains, strict=True):
             out.append(0 if value is None else counts.get(value, 0))
-        mine = leaf_set(node)
+        mine = node.leaf_switches()
         # The replicas sharing at least one leaf with the node, each counted once.
         out.append(len({i for leaf in mine for i in self.by_leaf.get(leaf, ())}) if mine else 0)
         self._seen[node.ordinal] = result = tuple(out)
@@ -320,7 +310,7 @@ def spread_of(fleet: Fleet, need: Need) -> Spread | None:
         for value, counts in zip(domain_values(node, labels), domains, strict=True):
             if value is not None:
                 counts[value] = counts.get(value, 0) + 1
-        ls = leaf_set(node)
+        ls = fleet.leaf_set(node)
         if ls:
             leaves.append(ls)
     by_leaf: dict[str, list[int]] = {}

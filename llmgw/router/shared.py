@@ -151,9 +151,6 @@ class SharedTable:
             total += ints[i]
         return total
 
-    def per_row(self, slot: int) -> list[int]:
-        return [self.ints[self.base(r, slot)] for r in range(self.rows)]
-
     def clear_row(self, row: int) -> None:
         """Forget what a worker counted: it died, and its requests with it."""
         for i in range(self.base(row, 0), self.base(row + 1, 0), 2):
