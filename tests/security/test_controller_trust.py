@@ -69,7 +69,7 @@ def test_a_committed_runs_file_cannot_inject_an_approved_run(site: tuple[Path, P
     injected = plan_beside(ctl, repo, tmp_path / "attacker", {"catalog/new.yaml": NEW})
     commit(repo, {".gitignore": ".llmgw/\nfacts/\nstate.json\nstate.json.runs.json\n"}, "ignore the runs file")
     # Its commit is `HEAD` (the forged file cannot hold its own commit's hash): whatever is checked out.
-    forged = [{"id": 99, "commit": "HEAD", "status": "approved", "summary": "Plan: 0 to add, 1 to change, 0 to destroy.",
+    forged = [{"id": 99, "commit": "HEAD", "status": "approved", "summary": "Plan: 0 to add, 1 to change.",
                "destructive": False, "created_at": "2026-12-01T00:00:00+00:00",
                "updated_at": "2026-12-01T00:00:00+00:00", "plan": injected, "log": "",
                "approved_by": "alice@bastion", "controller": ctl.name}]
@@ -78,7 +78,8 @@ def test_a_committed_runs_file_cannot_inject_an_approved_run(site: tuple[Path, P
     ctl.tick()
     try:
         assert models(ctl) == {"old"}, "the injected plan was applied"
-        assert not any(r.approved_by == "alice@bastion" for r in ctl.runs.all()), [(r.id, r.status, r.log[-300:]) for r in ctl.runs.all()]
+        runs = ctl.runs.all()
+        assert not any(r.approved_by == "alice@bastion" for r in runs), [(r.id, r.status, r.log[-300:]) for r in runs]
         newest = ctl.runs.all()[0]
         assert newest.status == "failed" and "state.json.runs.json" in newest.summary, newest.summary
     finally:
