@@ -85,13 +85,20 @@ class SiteConfig(BaseModel):
 class Site:
     """A site folder with its configuration resolved to absolute paths."""
 
-    def __init__(self, root: Path, config: SiteConfig, *, lines: dict[str, int] | None = None) -> None:
+    def __init__(self, root: Path, config: SiteConfig, *, lines: dict[str, int] | None = None,
+                 runtime: Path | None = None, facts: Path | None = None) -> None:
         self.root = root
         self.config = config
         self.lines = lines or {}  # top-level key -> its line in llmgw.yaml (for errors)
+        # The controller's own runtime folder (llmgw.controller.checkout): when set, the local
+        # state (or a PostgreSQL state's last copy), the engine key secret beside it, the runs
+        # and the default store live there, never in the site folder, which is then only a
+        # checkout of a commit; `state:` keeps naming the backend (a file, or PostgreSQL).
+        self.runtime = runtime
+        self._facts = facts  # facts gathered outside a checkout that holds none (the controller's)
 
     @classmethod
-    def load(cls, root: Path) -> Site:
+    def load(cls, root: Path, *, runtime: Path | None = None, facts: Path | None = None) -> Site:
         root = root.resolve()
         if not root.is_dir():
             raise SiteError(f"{root} is not a folder", hint="pass an existing site folder to -C")
@@ -111,7 +118,8 @@ class Site:
                      f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]
             raise SiteError(lines[0] if len(lines) == 1 else f"{path} is invalid", detail=lines[len(lines) == 1:],
                             hint="correct the keys above; see `llmgw init` for a commented example") from None
-        return cls(root, config, lines={str(k): line_of(data, [k]) for k in data})
+        return cls(root, config, lines={str(k): line_of(data, [k]) for k in data},
+                   runtime=runtime.resolve() if runtime is not None else None, facts=facts)
 
     def require_live(self, verb: str) -> None:
         """Refuse `verb` (a command that contacts hosts) on a recorded site."""
@@ -136,14 +144,18 @@ class Site:
     @property
     def state_file(self) -> Path:
         """The state file; with `state: postgresql://...`, the last copy read from PostgreSQL (what
-        routers are sent, kept in `.llmgw/` of the site). llmgw.state.backend_for opens the backend."""
+        routers are sent, kept in `.llmgw/` of the site). llmgw.state.backend_for opens the backend.
+        With a runtime folder, `state.json` there in both cases."""
+        if self.runtime is not None:
+            return self.runtime / "state.json"
         if self.config.state.startswith(("postgresql://", "postgres://")):
             return self.root / ".llmgw" / "state.json"
         return self.path(self.config.state)
 
     @property
     def facts_dir(self) -> Path:
-        return self.path(self.config.facts)
+        own = self.path(self.config.facts)
+        return self._facts if self._facts is not None and not own.exists() else own
 
     @property
     def store_url(self) -> str:

@@ -4,13 +4,34 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
+from llmgw.controller.checkout import RUNTIME_ENV, default_runtime
+from llmgw.site import Site
 from llmgw.state import backend_for, default_author
+
+
+def runtime_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--runtime-dir", "runtime", type=click.Path(file_okay=False, path_type=Path), envvar=RUNTIME_ENV,
+        help="The controller's own folder, outside the site folder: its state (or a PostgreSQL state's last "
+             "copy), runs, engine key secret and store. Default: ~/.local/state/llmgw-controller.")(f)
+
+
+def _runtime(given: Path | None) -> Path:
+    return given if given is not None else default_runtime()
+
+
+def _controller_site(app: AppContext, runtime: Path | None) -> Site:
+    """The site as the controller sees it: its state and runs in its runtime folder."""
+    return Site.load(app.site.root, runtime=_runtime(runtime))
 
 
 @click.group("controller")
@@ -36,14 +57,19 @@ def controller_group() -> None:
 @click.option("--demand-interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               help="Seconds between looks at the routers' load (an activation request is acted on at once).")
 @click.option("--no-follow", is_flag=True,
-              help="Follow no git branch: use the site folder as it is (demand-driven scaling alone).")
+              help="Follow no git branch: use the site folder as it is (demand-driven scaling alone; the state "
+                   "stays where the site says unless --runtime-dir is given).")
+@runtime_option
 @pass_app
 def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: str, grace: float,
-            listen: str, demand_listen: str | None, demand_interval: float, no_follow: bool) -> None:
+            listen: str, demand_listen: str | None, demand_interval: float, no_follow: bool,
+            runtime: Path | None) -> None:
     """Run the controller in the foreground (the llmgw_controller role runs it under systemd).
 
-    The site folder (-C) is a clone of the site's repository; the controller checks out each
-    commit of BRANCH there. With a PostgreSQL state, several controllers elect one leader."""
+    The site folder (-C) is a clone of the site's repository, holding the commit last applied;
+    each new commit of BRANCH is planned in a fresh checkout in the runtime folder, where the
+    controller's state, runs and secrets live. With a PostgreSQL state, several controllers
+    elect one leader."""
     import uvicorn
 
     from llmgw.controller import Controller
@@ -51,8 +77,9 @@ def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: 
     from llmgw.router.server import parse_addr
 
     host, port = parse_addr(listen, default_host="127.0.0.1")
+    own = runtime if no_follow else _runtime(runtime)
     controller = Controller(app.site.root, branch=None if no_follow else branch, remote=remote, policy=policy,
-                            grace=grace, say=lambda line: click.echo(line, err=True))
+                            grace=grace, runtime=own, say=lambda line: click.echo(line, err=True))
     server = uvicorn.Server(uvicorn.Config(controller_app(controller), host=host, port=port, log_level="warning",
                                            access_log=False))
     api = threading.Thread(target=server.run, name="llmgw-controller-api", daemon=True)
@@ -62,7 +89,7 @@ def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: 
         from llmgw.apply.controller_token import router_token_for
         from llmgw.controller.api import demand_app
 
-        token = router_token_for(app.site.state_file)
+        token = router_token_for(Site.load(app.site.root, runtime=controller.runtime).state_file)
         d_host, d_port = parse_addr(demand_listen, default_host="127.0.0.1")
         d_server = uvicorn.Server(uvicorn.Config(demand_app(controller, lambda: token), host=d_host, port=d_port,
                                                  log_level="warning", access_log=False))
@@ -91,12 +118,13 @@ def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: 
 
 @controller_group.command("runs")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@runtime_option
 @pass_app
-def runs_cmd(app: AppContext, as_json: bool) -> None:
+def runs_cmd(app: AppContext, as_json: bool, runtime: Path | None) -> None:
     """The controller's runs, newest first: commit, plan summary, result."""
     from llmgw.controller import runs_for
 
-    with backend_for(app.site) as backend:
+    with backend_for(_controller_site(app, runtime)) as backend:
         runs = runs_for(backend).all()
     if as_json:
         output.print_json({"runs": [r.as_json() for r in runs]})
@@ -108,12 +136,13 @@ def runs_cmd(app: AppContext, as_json: bool) -> None:
 
 @click.command("approve")
 @click.argument("run_id", type=click.IntRange(min=1))
+@runtime_option
 @pass_app
-def approve_cmd(app: AppContext, run_id: int) -> None:
+def approve_cmd(app: AppContext, run_id: int, runtime: Path | None) -> None:
     """Approve controller run RUN_ID (a plan that destroys something); the leader applies it next."""
     from llmgw.controller import runs_for
 
-    with backend_for(app.site) as backend:
+    with backend_for(_controller_site(app, runtime)) as backend:
         run = runs_for(backend).approve(run_id, default_author())
     click.echo(f"Approved run {run.id} ({run.commit[:12]}: {run.summary}); the controller applies it next.")
 

@@ -1,8 +1,10 @@
 """`llmgw controller`: pull-style GitOps, the long-running form of plan + apply.
 
-    loop.py   the controller: leadership, follow a branch, plan, policy, apply
-    runs.py   the run history, kept beside the state (PostgreSQL or a file)
-    api.py    the admin API: status, runs, approval
+    loop.py      the controller: leadership, follow a branch, plan, policy, apply
+    checkout.py  its runtime folder, and vetting and checking out a commit it does not trust
+    runs.py      the run history, beside the state (PostgreSQL, or a file in the runtime folder),
+                 each run bound to its commit and plan digest and sealed
+    api.py       the admin API: status, runs, approval
 """
 
 from typing import TYPE_CHECKING, Any

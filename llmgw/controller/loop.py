@@ -3,8 +3,13 @@ repository.
 
 Each tick: hold (or try to take) leadership; fetch the branch; plan a new commit; apply it
 when policy allows (`auto`: plans that destroy nothing; everything else waits for
-`llmgw approve RUN`); apply approved runs. The site folder is a clone of the repository
-checked out at the commit being planned (untracked files such as a local state stay).
+`llmgw approve RUN`); apply approved runs. Nothing the controller keeps at run time lives in
+the site folder (llmgw.controller.checkout): its state, runs, secrets and stores are in its
+runtime folder. A new commit is vetted and planned in a fresh checkout of its own; the site
+folder holds the commit last applied, which the demand path reads, and moves only when a run
+is applied. Only a fast-forward of the commit last applied applies without a person: a
+rewind (a force-push, a rollback) waits for approval whatever the policy. A run is applied
+only when its plan still matches the digest and seal it was recorded with (runs.py).
 
 Leadership is the `controller` lease in a PostgreSQL state (the state's own database):
 one controller holds it and renews it; the others stand by and try each tick, so one
@@ -23,7 +28,6 @@ controller follows no repository: the site folder is used as it is, for demand a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import socket
@@ -35,10 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.apply import applier_for
-from llmgw.controller.runs import Run, RunStore, runs_for
+from llmgw.apply.engine_keys import EngineKeyring
+from llmgw.controller.checkout import GitError, full_commit, git, materialize, overwrites, prepare_runtime, prune, vet
+from llmgw.controller.runs import Run, RunSeal, RunStore, runs_for
 from llmgw.controller.scaler import Scaler
 from llmgw.errors import LlmgwError, PlanError
-from llmgw.planner import load_plan, make_plan
+from llmgw.planner import Plan, load_plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import summary_line
 from llmgw.site import Site
@@ -49,16 +55,11 @@ log = logging.getLogger("llmgw.controller")
 LEASE = "controller"
 POLICIES = ("auto", "approve", "auto-all")
 
-
-class GitError(LlmgwError):
-    pass
+__all__ = ["POLICIES", "Controller", "GitError", "Status"]
 
 
 def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode != 0:
-        raise GitError(f"git {' '.join(args[:2])} in {repo} failed: {(done.stderr or done.stdout).strip()[-400:]}")
-    return done.stdout.strip()
+    return git(repo, *args).strip()
 
 
 @dataclass
@@ -71,23 +72,36 @@ class Status:
 
 class Controller:
     def __init__(self, site_dir: Path, *, branch: str | None = "main", remote: str = "origin", policy: str = "auto",
-                 grace: float = 120.0, name: str | None = None,
+                 grace: float = 120.0, name: str | None = None, runtime: Path | None = None,
                  backend: StateBackend | None = None, say: Callable[[str], None] | None = None) -> None:
+        """`runtime`: the controller's own folder (llmgw.controller.checkout), outside `site_dir`;
+        required when following a branch. Without one (`branch=None` only) the state and its
+        runs stay where the site says, as for `llmgw apply`."""
         if policy not in POLICIES:
             raise PlanError(f"unknown controller policy {policy!r}", hint=f"use one of {', '.join(POLICIES)}")
         self.site_dir = site_dir.resolve()
+        if branch is not None and runtime is None:
+            raise PlanError("a controller following a branch needs a runtime folder outside its site folder",
+                            hint="pass --runtime-dir (the state, runs and secrets live there, never in the clone)")
+        self.runtime = prepare_runtime(runtime, self.site_dir) if runtime is not None else None
         self.branch = branch
         self.remote = remote
         self.policy = policy
         self.grace = grace
         self.name = name or f"controller {socket.gethostname()} pid {os.getpid()}"
-        self.backend = backend or backend_for(Site.load(self.site_dir))
+        here = self._site(self.site_dir)
+        self.backend = backend or backend_for(here)
         self.runs: RunStore = runs_for(self.backend)
+        self.seal = RunSeal(EngineKeyring.beside(here.state_file))
         self.say = say or (lambda line: log.info("%s", line))
         self.status = Status()
         self._leadership = contextlib.ExitStack()
         self._mutex = threading.Lock()  # one tick at a time (the loop, and an API approval)
-        self.scaler = Scaler(runs=self.runs, backend=self.backend, name=self.name, grace=grace, say=self.say)
+        self.scaler = Scaler(runs=self.runs, backend=self.backend, name=self.name, grace=grace, say=self.say,
+                             seal=self.seal)
+
+    def _site(self, root: Path, *, facts: Path | None = None) -> Site:
+        return Site.load(root, runtime=self.runtime, facts=facts)
 
     # -- leadership -----------------------------------------------------------------------
 
@@ -154,8 +168,9 @@ class Controller:
                 if not self._lead():
                     return
                 if self.branch is not None and self.status.last_commit is None:
-                    return  # nothing checked out yet: the next tick plans the branch first
-                self.scaler.tick(Site.load(self.site_dir), self.status.last_commit or "")
+                    return  # the branch not looked at yet: the next tick plans it first
+                # The site folder holds the commit last applied (or approved), never one waiting.
+                self.scaler.tick(self._site(self.site_dir), self._applied() if self.branch is not None else "")
             except LlmgwError as exc:
                 self.status.error = exc.message
                 self.say(f"demand: {exc.message}")
@@ -166,36 +181,93 @@ class Controller:
     def _fetch(self) -> str:
         assert self.branch is not None
         _git(self.site_dir, "fetch", "--quiet", self.remote, self.branch)
-        return _git(self.site_dir, "rev-parse", "FETCH_HEAD")
+        return _git(self.site_dir, "rev-parse", "--verify", "FETCH_HEAD^{commit}")
 
-    def _checkout(self, commit: str) -> Site:
-        _git(self.site_dir, "checkout", "--quiet", "--detach", commit)
-        return Site.load(self.site_dir)
+    def _applied(self) -> str:
+        """The commit in the site folder: the one last applied (or approved and being applied)."""
+        return _git(self.site_dir, "rev-parse", "--verify", "HEAD^{commit}")
+
+    def _planning_site(self, commit: str) -> Site:
+        """`commit` vetted and checked out afresh in the runtime folder, to be planned there; facts
+        come from it, or from the site folder's (gathered there) when it holds none."""
+        assert self.runtime is not None
+        vet(self.site_dir, commit)
+        trees = self.runtime / "trees"
+        tree = materialize(self.site_dir, commit, trees)
+        prune(trees, {commit})
+        return self._site(tree, facts=(self.site_dir / Site.load(tree).config.facts).resolve())
+
+    def _check_out(self, commit: str) -> Site:
+        """Move the site folder to `commit` (vetted, and overwriting nothing untracked) to apply it."""
+        overwrites(self.site_dir, vet(self.site_dir, commit), commit)
+        _git(self.site_dir, "checkout", "--quiet", "--force", "--detach", commit)
+        if (now := self._applied()) != commit:
+            raise GitError(f"the site folder is at {now[:12]} after checking out {commit[:12]}")
+        return self._site(self.site_dir)
+
+    def _rewind(self, commit: str) -> str | None:
+        """Why `commit` is not a fast-forward of the commit last applied, or None when it is."""
+        applied = self._applied()
+        done = subprocess.run(["git", "-C", str(self.site_dir), "merge-base", "--is-ancestor", applied, commit],
+                              capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode == 0:
+            return None
+        if done.returncode != 1:
+            raise GitError(f"git merge-base in {self.site_dir} failed: {done.stderr.strip()[-400:]}")
+        return (f"rewind: {commit[:12]} does not descend from {applied[:12]}, the commit last applied "
+                "(a force-push or a rollback)")
+
+    def _needs_approval(self, plan: Plan, commit: str) -> str | None:
+        """Why the plan of `commit` waits for a person, or None when policy applies it unapproved.
+        The one place that decides (a plan that widens trust is to wait here too)."""
+        rewind = self._rewind(commit)
+        if rewind is not None:
+            return rewind  # whatever the policy: a force-push must not roll the fleet back unseen
+        if self.policy == "approve":
+            return "policy approve: every plan waits"
+        if self.policy == "auto" and plan.summary.destroy > 0:
+            return "it destroys"
+        return None
 
     def _plan(self, commit: str) -> None:
         for old in self.runs.all():
             if old.status in ("waiting", "approved"):
                 self.runs.update(old.id, status="superseded", log=old.log + f"\nsuperseded by commit {commit[:12]}")
-        site = self._checkout(commit)
         self.status.last_commit = commit
         try:
-            plan = make_plan(load_inputs(site))
+            plan = make_plan(load_inputs(self._planning_site(commit)))
+            why = self._needs_approval(plan, commit) if plan.has_changes else None
+        except GitError:
+            self.status.last_commit = None  # the repository, not the commit: look again next tick
+            raise
         except LlmgwError as exc:
-            self.runs.add(commit, "failed", f"cannot plan: {exc.message}", False, "", self.name)
+            self.runs.add(commit, "failed", f"cannot plan: {exc.message}", False, "", self.name, seal=self.seal)
+            self.say(f"{commit[:12]}: cannot plan: {exc.message}")
             return
         destructive = plan.summary.destroy > 0
         if not plan.has_changes:
-            self.runs.add(commit, "no-changes", summary_line(plan), False, plan.to_json(), self.name)
+            self.runs.add(commit, "no-changes", summary_line(plan), False, plan.to_json(), self.name, seal=self.seal)
             return
-        waits = self.policy == "approve" or (destructive and self.policy == "auto")
-        run = self.runs.add(commit, "waiting" if waits else "planned", summary_line(plan), destructive,
-                            plan.to_json(), self.name)
-        if waits:
-            self.say(f"run {run.id} ({commit[:12]}): {run.summary} waits for approval (`llmgw approve {run.id}`)")
+        summary = summary_line(plan) if why is None or not why.startswith("rewind") else f"{why}. {summary_line(plan)}"
+        run = self.runs.add(commit, "planned" if why is None else "waiting", summary, destructive, plan.to_json(),
+                            self.name, seal=self.seal)
+        if why is not None:
+            self.say(f"run {run.id} ({commit[:12]}): {run.summary} waits for approval ({why}; "
+                     f"`llmgw approve {run.id}`)")
         else:
             self._apply(run)
 
+    def _untrusted(self, run: Run) -> str | None:
+        if not full_commit(run.commit):
+            return f"run {run.id}'s commit {run.commit!r} is not a full commit hash"
+        return self.seal.untrusted(run)
+
     def _apply(self, run: Run) -> None:
+        why = self._untrusted(run)
+        if why is not None:
+            self.runs.update(run.id, status="failed", log=f"refused: {why}; nothing was applied")
+            self.say(f"run {run.id}: refused: {why}")
+            return
         plan = load_plan(run.plan, f"run {run.id}")
         lines: list[str] = []
 
@@ -205,9 +277,8 @@ class Controller:
 
         self.runs.update(run.id, status="applying")
         try:
-            site = self._checkout(run.commit)
-            meta = WriteMeta("controller", plan=hashlib.sha256(run.plan.encode()).hexdigest()[:12],
-                             git_commit=run.commit)
+            site = self._check_out(run.commit)
+            meta = WriteMeta("controller", plan=run.plan_sha256[:12], git_commit=run.commit)
             with self.backend.lock(f"controller run {run.id}"):
                 outcome = applier_for(site, plan, grace=self.grace, say=say, backend=self.backend, meta=meta).run()
             lines.append(f"applied: {len(outcome.created)} added, {len(outcome.destroyed)} destroyed "
@@ -224,7 +295,7 @@ class Controller:
                 self.status.last_commit = None  # plan the head again against the newer state
 
     def approve(self, run_id: int, by: str) -> Run:
-        return self.runs.approve(run_id, by)
+        return self.runs.approve(run_id, by, seal=self.seal)
 
     def serve_forever(self, interval: float, stop: threading.Event, demand_interval: float = 2.0) -> None:
         """Tick every `interval` seconds and look at demand every `demand_interval` (at once when

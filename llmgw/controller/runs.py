@@ -7,12 +7,21 @@ that died is marked interrupted by the next leader, which plans the commit again
 
 Runs live where the state lives: in PostgreSQL (table `llmgw_controller_runs`) beside a
 PostgreSQL state, so every controller and `llmgw approve` on any bastion see the same
-runs; in a JSON file beside a local state file otherwise.
+runs; in a JSON file beside a local state file otherwise (both in the controller's runtime
+folder, never its work tree: llmgw.controller.checkout).
+
+A run is bound to what it was planned from: the full commit hash and the sha256 of its plan's
+JSON (`plan_sha256`), and sealed (`seal`: an HMAC of id, commit, digest and controller under a
+key derived from the site's engine key secret, which only the fleet's controllers hold). A
+record whose digest or seal does not verify (edited in the store, or inserted by someone who
+can write the store but is not a controller) is never approved or applied (`untrusted`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 from abc import ABC, abstractmethod
@@ -23,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.errors import StateError
 from llmgw.state import LocalBackend, PostgresBackend, StateBackend
 from llmgw.yamlio import atomic_write
@@ -49,18 +59,49 @@ class Run:
     log: str = ""
     approved_by: str | None = None
     controller: str = ""
+    plan_sha256: str = ""  # of `plan`, recorded when planned
+    seal: str = ""  # RunSeal.of(this run), recorded when planned
 
     def as_json(self, with_plan: bool = False) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("seal")
         if not with_plan:
             data.pop("plan")
         return data
 
 
+def plan_digest(plan: str) -> str:
+    return hashlib.sha256(plan.encode()).hexdigest()
+
+
+class RunSeal:
+    """Seals the runs a controller plans: only a holder of the site's engine key secret can."""
+
+    _NAME = ":controller-run-seal"  # not a replica id (never a colon in one): no engine key equals it
+
+    def __init__(self, keyring: EngineKeyring) -> None:
+        self.keyring = keyring
+
+    def of(self, run_id: int, commit: str, plan_sha256: str, controller: str) -> str:
+        message = "\0".join((str(run_id), commit, plan_sha256, controller)).encode()
+        return hmac.new(self.keyring.key(self._NAME).encode(), message, hashlib.sha256).hexdigest()
+
+    def untrusted(self, run: Run) -> str | None:
+        """Why `run` must not be approved or applied, or None."""
+        if not run.plan_sha256 or not hmac.compare_digest(plan_digest(run.plan), run.plan_sha256):
+            return (f"run {run.id}'s plan does not match the digest recorded when it was planned "
+                    f"({run.plan_sha256[:12] or 'none'}): it was changed in the runs store")
+        if not hmac.compare_digest(self.of(run.id, run.commit, run.plan_sha256, run.controller), run.seal):
+            return (f"run {run.id} was not planned by a controller of this site (its seal does not verify "
+                    "under the site's engine key secret)")
+        return None
+
+
 class RunStore(ABC):
     @abstractmethod
-    def add(self, commit: str, status: RunStatus, summary: str, destructive: bool, plan: str, controller: str) -> Run:
-        """A new run, numbered after the newest."""
+    def add(self, commit: str, status: RunStatus, summary: str, destructive: bool, plan: str, controller: str,
+            *, seal: RunSeal | None = None) -> Run:
+        """A new run, numbered after the newest; bound to sha256(plan), and sealed with `seal`."""
 
     @abstractmethod
     def update(self, run_id: int, **changes: Any) -> Run: ...
@@ -75,12 +116,22 @@ class RunStore(ABC):
             raise StateError(f"no controller run {run_id}", hint="`llmgw controller runs` lists them")
         return found
 
-    def approve(self, run_id: int, by: str) -> Run:
+    def approve(self, run_id: int, by: str, *, seal: RunSeal | None = None) -> Run:
+        """Approve a waiting run whose plan matches its digest (and, given `seal`, its seal)."""
         run = self.get(run_id)
         if run.status != "waiting":
             raise StateError(f"run {run_id} is {run.status}, not waiting for approval",
                              hint="only a run whose plan destroys something waits for approval")
-        return self.update(run_id, status="approved", approved_by=by)
+        why = seal.untrusted(run) if seal is not None else \
+            (None if run.plan_sha256 and hmac.compare_digest(plan_digest(run.plan), run.plan_sha256) else
+             f"run {run_id}'s plan does not match the digest recorded when it was planned")
+        if why is not None:
+            raise StateError(f"run {run_id} is not approved: {why}",
+                             hint="the controller plans the commit again at its next commit; approve that run")
+        return self._approve(run, by)
+
+    def _approve(self, run: Run, by: str) -> Run:
+        return self.update(run.id, status="approved", approved_by=by)
 
 
 class FileRuns(RunStore):
@@ -110,13 +161,19 @@ class FileRuns(RunStore):
             return []
         except (OSError, ValueError) as exc:
             raise StateError(f"cannot read the controller's runs {self.path}: {exc}") from None
-        return [Run(**d) for d in data]
+        try:
+            return [Run(**d) for d in data]
+        except TypeError as exc:
+            raise StateError(f"the controller's runs {self.path} hold a record that is not a run: {exc}") from None
 
-    def add(self, commit: str, status: RunStatus, summary: str, destructive: bool, plan: str, controller: str) -> Run:
+    def add(self, commit: str, status: RunStatus, summary: str, destructive: bool, plan: str, controller: str,
+            *, seal: RunSeal | None = None) -> Run:
+        digest = plan_digest(plan)
         with self._locked() as runs:
-            run = Run(id=max((r.id for r in runs), default=0) + 1, commit=commit, status=status, summary=summary,
-                      destructive=destructive, created_at=_now(), updated_at=_now(), plan=plan,
-                      controller=controller)
+            run_id = max((r.id for r in runs), default=0) + 1
+            run = Run(id=run_id, commit=commit, status=status, summary=summary, destructive=destructive,
+                      created_at=_now(), updated_at=_now(), plan=plan, controller=controller, plan_sha256=digest,
+                      seal=seal.of(run_id, commit, digest, controller) if seal else "")
             runs.append(run)
         return run
 
@@ -143,8 +200,14 @@ _PG_SCHEMA = """CREATE TABLE IF NOT EXISTS llmgw_controller_runs (
     plan TEXT NOT NULL,
     log TEXT NOT NULL DEFAULT '',
     approved_by TEXT NULL,
-    controller TEXT NOT NULL DEFAULT '')"""
-_COLUMNS = "id, commit, status, summary, destructive, created_at, updated_at, plan, log, approved_by, controller"
+    controller TEXT NOT NULL DEFAULT '',
+    plan_sha256 TEXT NOT NULL DEFAULT '',
+    seal TEXT NOT NULL DEFAULT '')"""
+# Tables made before runs were bound to their plan gain the columns (their old runs stay unsealed).
+_PG_UPGRADE = ("ALTER TABLE llmgw_controller_runs ADD COLUMN IF NOT EXISTS plan_sha256 TEXT NOT NULL DEFAULT '', "
+               "ADD COLUMN IF NOT EXISTS seal TEXT NOT NULL DEFAULT ''")
+_COLUMNS = ("id, commit, status, summary, destructive, created_at, updated_at, plan, log, approved_by, controller, "
+            "plan_sha256, seal")
 
 
 class PgRuns(RunStore):
@@ -153,21 +216,33 @@ class PgRuns(RunStore):
     def __init__(self, backend: PostgresBackend, *, create: bool = True) -> None:
         self.backend = backend
         with backend.transaction() as cur:  # the backend's connection: one per process
-            cur.execute("SELECT to_regclass('llmgw_controller_runs') IS NOT NULL")
-            self.exists = bool(cur.fetchone()[0])
-            if create and not self.exists:
+            cur.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() "
+                        "AND table_name = 'llmgw_controller_runs' AND column_name IN ('id', 'seal')")
+            found = int(cur.fetchone()[0])
+            self.exists = found > 0
+            if create and found < 2:
                 cur.execute("SELECT pg_advisory_xact_lock(7340045)")
                 cur.execute(_PG_SCHEMA)
+                cur.execute(_PG_UPGRADE)
                 self.exists = True
 
     def _run(self, row: Any) -> Run:
         return Run(*row)
 
-    def add(self, commit: str, status: RunStatus, summary: str, destructive: bool, plan: str, controller: str) -> Run:
+    def add(self, commit: str, status: RunStatus, summary: str, destructive: bool, plan: str, controller: str,
+            *, seal: RunSeal | None = None) -> Run:
+        digest = plan_digest(plan)
         with self.backend.transaction() as cur:
             cur.execute(f"INSERT INTO llmgw_controller_runs (commit, status, summary, destructive, created_at, "
-                        f"updated_at, plan, controller) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}",
-                        (commit, status, summary, destructive, _now(), _now(), plan, controller))
+                        f"updated_at, plan, controller, plan_sha256) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                        f"RETURNING {_COLUMNS}",
+                        (commit, status, summary, destructive, _now(), _now(), plan, controller, digest))
+            run = self._run(cur.fetchone())
+            if seal is None:
+                return run
+            # The seal covers the id, which the database gives: set in the same transaction.
+            cur.execute(f"UPDATE llmgw_controller_runs SET seal = %s WHERE id = %s RETURNING {_COLUMNS}",
+                        (seal.of(run.id, commit, digest, controller), run.id))
             return self._run(cur.fetchone())
 
     def update(self, run_id: int, **changes: Any) -> Run:
@@ -190,13 +265,15 @@ class PgRuns(RunStore):
             cur.execute(f"SELECT {_COLUMNS} FROM llmgw_controller_runs ORDER BY id DESC LIMIT 500")
             return [self._run(r) for r in cur.fetchall()]
 
-    def approve(self, run_id: int, by: str) -> Run:
-        with self.backend.transaction() as cur:  # compare-and-set: two approvers, one approval
+    def _approve(self, run: Run, by: str) -> Run:
+        with self.backend.transaction() as cur:  # compare-and-set: two approvers, one approval, of the run checked
             cur.execute(f"UPDATE llmgw_controller_runs SET status = 'approved', approved_by = %s, updated_at = %s "
-                        f"WHERE id = %s AND status = 'waiting' RETURNING {_COLUMNS}", (by, _now(), run_id))
+                        f"WHERE id = %s AND status = 'waiting' AND plan = %s AND plan_sha256 = %s AND seal = %s "
+                        f"RETURNING {_COLUMNS}", (by, _now(), run.id, run.plan, run.plan_sha256, run.seal))
             row = cur.fetchone()
         if row is None:
-            return super().approve(run_id, by)  # says why not
+            raise StateError(f"run {run.id} changed while it was being approved (another approval, or an edit)",
+                             hint="`llmgw controller runs` shows it now")
         return self._run(row)
 
 

@@ -2,7 +2,8 @@
 
 The API (api.py) hands reports and activation requests to a `Scaler`; the controller's
 loop calls `Scaler.tick` every few seconds while it leads. Each tick reads the catalog at
-the commit the controller has checked out and the state, decides per model
+the commit the controller last applied (its site folder: never a commit waiting for approval,
+which is planned in a checkout of its own) and the state, decides per model
 (llmgw.controller.demand) and carries out at most one action: a plan of the replicas the
 load needs more (llmgw.apply.on_demand_plans.activation_plan; one for an activation) or of one
 drained (deactivation_plan), applied
@@ -13,7 +14,6 @@ last decision and, for an activation, to the routers holding its requests.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +26,7 @@ from llmgw.apply.on_demand_plans import activation_plan, deactivation_plan
 from llmgw.catalog.load import load_catalog
 from llmgw.controller.demand import Decision, History, ModelDemand, Reports, decide, desired_count, fleet_view, load_of
 from llmgw.controller.metrics import ControllerMetrics
-from llmgw.controller.runs import RunStore
+from llmgw.controller.runs import RunSeal, RunStore
 from llmgw.errors import LlmgwError
 from llmgw.inventory import load_inventory
 from llmgw.planner import Plan
@@ -66,8 +66,9 @@ class ModelView:
 
 class Scaler:
     def __init__(self, *, runs: RunStore, backend: StateBackend, name: str, grace: float,
-                 say: Callable[[str], None], reports: Reports | None = None) -> None:
+                 say: Callable[[str], None], reports: Reports | None = None, seal: RunSeal | None = None) -> None:
         self.runs = runs
+        self.seal = seal
         self.backend = backend
         self.name = name
         self.grace = grace
@@ -190,7 +191,7 @@ class Scaler:
 
     def _apply(self, site: Site, commit: str, plan: Plan, summary: str, d: Decision, view: ModelView, *,
                destructive: bool) -> None:
-        run = self.runs.add(commit, "applying", summary, destructive, plan.to_json(), self.name)
+        run = self.runs.add(commit, "applying", summary, destructive, plan.to_json(), self.name, seal=self.seal)
         self.say(f"run {run.id}: {summary}")
         lines: list[str] = []
 
@@ -198,7 +199,7 @@ class Scaler:
             lines.append(line)
             self.say(f"run {run.id}: {line}")
 
-        meta = WriteMeta("demand", plan=hashlib.sha256(plan.to_json().encode()).hexdigest()[:12], git_commit=commit)
+        meta = WriteMeta("demand", plan=run.plan_sha256[:12], git_commit=commit)
         try:
             with self.backend.lock(f"controller run {run.id} ({d.kind} {d.model})"):
                 # The routers' service is apply's: a demand run changes replicas alone, so it

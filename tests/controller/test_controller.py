@@ -26,7 +26,7 @@ def test_auto_applies_what_destroys_nothing_and_waits_for_approval_otherwise(tmp
     seeded = seed_applied(work)
     assert [r.id for r in seeded.replicas] == ["old-1"]
     said: list[str] = []
-    ctl = Controller(work, say=said.append)
+    ctl = Controller(work, runtime=tmp_path / "runtime", say=said.append)
     api = TestClient(controller_app(ctl))
     try:
         ctl.tick()
@@ -78,7 +78,7 @@ def test_a_newer_commit_supersedes_a_waiting_run(tmp_path: Path, pg_state: str) 
     repo = site_repo(tmp_path, pg_state)
     work = clone(repo, tmp_path / "work")
     seed_applied(work)
-    ctl = Controller(work, say=lambda _line: None)
+    ctl = Controller(work, runtime=tmp_path / "runtime", say=lambda _line: None)
     try:
         ctl.tick()
         commit(repo, {"catalog/old.yaml": None, "hosts.yml": EMPTY, "catalog/new.yaml": NEW}, "old -> new")
@@ -101,7 +101,7 @@ def test_status_shows_the_controllers_last_runs(tmp_path: Path, pg_state: str) -
     seed_applied(work)
     assert json.loads(run_cli("-C", str(work), "status", "--json", "--no-router").stdout)["state"][
         "controller_runs"] == []  # no controller ever ran: nothing is created by looking
-    ctl = Controller(work, say=lambda _line: None)
+    ctl = Controller(work, runtime=tmp_path / "runtime", say=lambda _line: None)
     try:
         ctl.tick()
         added = commit(repo, {"catalog/new.yaml": NEW}, "add new")
@@ -117,7 +117,8 @@ def test_a_new_leader_finishes_the_run_its_predecessor_left_applying(tmp_path: P
     repo = site_repo(tmp_path, pg_state)
     one, two = clone(repo, tmp_path / "one"), clone(repo, tmp_path / "two")
     seed_applied(one)
-    first, second = Controller(one, say=lambda _l: None), Controller(two, say=lambda _l: None)
+    first = Controller(one, runtime=tmp_path / "runtime-one", say=lambda _l: None)
+    second = Controller(two, runtime=tmp_path / "runtime-two", say=lambda _l: None)
     try:
         first.tick()
         second.tick()
@@ -144,7 +145,7 @@ def test_a_person_holding_the_lock_makes_the_controller_wait_not_fail(tmp_path: 
     repo = site_repo(tmp_path, pg_state)
     work = clone(repo, tmp_path / "work")
     seed_applied(work)
-    ctl = Controller(work, say=lambda _l: None)
+    ctl = Controller(work, runtime=tmp_path / "runtime", say=lambda _l: None)
     try:
         ctl.tick()
         added = commit(repo, {"catalog/new.yaml": NEW}, "add new")

@@ -43,6 +43,8 @@ def test_the_password_stays_out_of_the_unit_and_every_word_is_quoted(tmp_path: P
     assert f'LLMGW_ENGINE_KEY_SECRET="{"ab" * 32}"' in env and "ab" * 32 not in unit
     assert '"--branch" "release 1; rm -rf /"' in unit  # one word, never split or run
     assert '"--listen" "127.0.0.1:8095"' in unit and "NoNewPrivileges=yes" in unit
+    # The controller's runtime (state, runs, secrets) outside the clone it checks commits out in.
+    assert 'LLMGW_CONTROLLER_RUNTIME_DIR="/var/lib/llmgw-controller/runtime"' in env
     # systemd-analyze checks the unit as systemd would load it (its binary must exist: /bin/true).
     unit_file = tmp_path / "llmgw-controller.service"
     unit_file.write_text(unit.replace("EnvironmentFile=/etc/llmgw/controller.env",

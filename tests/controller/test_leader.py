@@ -37,7 +37,8 @@ class Running:
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [str(Path(sys.executable).parent / "llmgw"), "-C", str(site), "controller", "run",
-                 "--interval", str(INTERVAL), "--listen", f"127.0.0.1:{self.port}"],
+                 "--interval", str(INTERVAL), "--listen", f"127.0.0.1:{self.port}",
+                 "--runtime-dir", str(log.with_suffix(".runtime"))],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
     def status(self) -> dict[str, Any] | None:

@@ -107,7 +107,7 @@ def controller_follows_the_repository(a: Lab, tmp_path: Path) -> None:
     work = tmp_path / "controller"
     subprocess.run(["git", "clone", "-q", str(a.site), str(work)], check=True, capture_output=True, timeout=60)
     (work / ".lab").symlink_to(a.site / ".lab")  # the lab's SSH key and engine artifacts
-    ctl = Controller(work, say=lambda _line: None)
+    ctl = Controller(work, runtime=tmp_path / "controller-runtime", say=lambda _line: None)
     key = hosts_for(Site.load(a.site)).create_key("controller-lab")["key"]
     hammer = Hammer(openai.OpenAI(base_url=a.router_url + "/v1", api_key=key, max_retries=0, timeout=30), "tiny")
     try:
