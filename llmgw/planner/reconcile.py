@@ -545,25 +545,29 @@ class _Planner:
         return notes
 
     def _above_min_notes(self, old: dict[str, ModelRecord], placed: dict[str, int]) -> list[str]:
-        """Models whose `scaling.min` was lowered while more replicas run: why the plan keeps them.
+        """Models the plan keeps above `scaling.min`, when it may surprise: min was just
+        lowered, or nothing will ever stop them (min above 0 and no target_in_flight).
 
         The plan destroys only what runs above max: replicas between min and max may be ones
-        demand started, which only the controller stops (else nothing does)."""
+        demand started, which only the controller stops (on load or idleness), if anything does."""
         notes = []
         for m in self.catalog:
             prev, s, n = old.get(m.name), m.scaling, placed.get(m.name, 0)
-            if prev is None or prev.scaling.min <= s.min or n <= s.min:
+            lowered = prev is not None and prev.scaling.min > s.min
+            if n <= s.min or not (lowered or (s.min > 0 and not s.target_in_flight)):
                 continue
+            shrink = (f"`llmgw scale {m.name} --min {s.min} --max {s.min}` makes the next plan destroy those "
+                      f"above {s.min}")
             if s.min == 0:
                 how = (f"the controller (run with --demand-listen) stops them after "
                        f"{format_duration(s.idle_timeout)} without a request")
+            elif s.target_in_flight:
+                how = f"the controller (run with --demand-listen) removes them as the load falls, or {shrink}"
             else:
-                how = (("the controller (run with --demand-listen) removes them as the load falls, or " if
-                        s.target_in_flight else "")
-                       + f"`llmgw scale {m.name} --min {s.min} --max {s.min}` makes the next plan destroy those "
-                       f"above {s.min}")
-            notes.append(f"{m.name}: {n} replicas stay, above scaling.min {s.min} (lowered from {prev.scaling.min}): "
-                         f"the plan stops replicas only above max ({s.maximum}); {how}")
+                how = f"nothing else stops them (no target_in_flight); {shrink}"
+            since = f" (lowered from {prev.scaling.min})" if lowered and prev is not None else ""
+            notes.append(f"{m.name}: {n} replicas stay, above scaling.min {s.min}{since}: the plan stops replicas "
+                         f"only above max ({s.maximum}); {how}")
         return notes
 
     def _notes(self) -> list[str]:

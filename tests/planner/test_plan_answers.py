@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from llmgw.planner import Plan
+from llmgw.state import read_state, write_state
 from tests.support.cli import run_cli
 from tests.support.example_site import ready_example_site
 
@@ -14,9 +16,15 @@ def test_a_plan_keeping_replicas_above_a_lowered_min_says_why(tmp_path: Path) ->
     assert run_cli("-C", str(root), "scale", "llama", "--min", "1").exit_code == 0
     plan = json.loads(run_cli("-C", str(root), "plan", "--json").stdout)
     assert not [a for a in plan["actions"] if a["model"] == "llama-3.1-70b" and a["action"] == "destroy"]
-    note = ("llama-3.1-70b: 2 replicas stay, above scaling.min 1 (lowered from 2): the plan stops replicas only "
-            "above max (4); `llmgw scale llama-3.1-70b --min 1 --max 1` makes the next plan destroy those above 1")
-    assert note in plan["notes"]
+    why = ("the plan stops replicas only above max (4); nothing else stops them (no target_in_flight); `llmgw scale "
+           "llama-3.1-70b --min 1 --max 1` makes the next plan destroy those above 1")
+    assert f"llama-3.1-70b: 2 replicas stay, above scaling.min 1 (lowered from 2): {why}" in plan["notes"]
+    # Once applied, the state records min 1: the next plan still says why the two stay.
+    state_file = root / "state.json"
+    write_state(state_file, Plan.model_validate(plan).applied(read_state(state_file)))
+    plan = json.loads(run_cli("-C", str(root), "plan", "--json").stdout)
+    assert plan["actions"] == []
+    assert f"llama-3.1-70b: 2 replicas stay, above scaling.min 1: {why}" in plan["notes"]
     # The way out the note names does what it says.
     assert run_cli("-C", str(root), "scale", "llama", "--min", "1", "--max", "1").exit_code == 0
     plan = json.loads(run_cli("-C", str(root), "plan", "--json").stdout)
