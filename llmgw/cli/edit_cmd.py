@@ -52,26 +52,34 @@ drain = _node_command("drain", "draining", "Move every replica off NODE at the n
 
 @click.command("scale")
 @click.argument("model")
-@click.option("--min", "minimum", type=click.IntRange(min=0), required=True,
+@click.option("--min", "minimum", type=click.IntRange(min=0),
               help="Replicas the planner keeps placed at all times (0: on demand only).")
 @click.option("--max", "maximum", type=click.IntRange(min=0),
-              help="Upper bound for replicas started on demand by the routers; never below --min.")
+              help="The most replicas the controller may run on demand; never below --min.")
+@click.option("--idle-timeout", metavar="DURATION",
+              help="For min 0 models: how long without a request before the last replica stops (30m, 1h).")
 @pass_app
-def scale(app: AppContext, model: str, minimum: int, maximum: int | None) -> None:
-    """Set how many replicas MODEL (a name or alias) runs, in its catalog file.
+def scale(app: AppContext, model: str, minimum: int | None, maximum: int | None, idle_timeout: str | None) -> None:
+    """Set how MODEL (a name or alias) scales, in its catalog file; prints what is in force then.
 
-    The planner places --min replicas and keeps them running. --max does not make the
-    planner place more: it bounds how many replicas routers may start on demand (min 0
-    models, and load beyond min), and replicas above it are destroyed by the next apply.
-    Without --max, an existing max is kept (and must not be below --min); a catalog
-    with no max has max follow min. Only the model's scaling block is edited.
+    The planner places --min replicas and keeps them running. Replicas above min start
+    and stop only with the model's `scaling.target_in_flight` set and a controller run
+    with --demand-listen: it adds replicas up to --max when the load exceeds that target
+    per replica and removes them after down_cooldown of lower load. A min 0 model has no
+    replica until a request asks the controller for one, which stops after --idle-timeout
+    with no request. Without target_in_flight nothing starts replicas above min, and the
+    planner leaves running ones up to max alone: `scale MODEL --min N --max N` makes it
+    destroy those above N. Without --max, an existing max is kept (and must not be below
+    --min); a catalog with no max has max follow min. Only the model's scaling block is
+    edited.
     """
     site = app.site
-    edit = edits.scale_edit(site, model, minimum, maximum)
-    if edit is None:
-        click.echo(f"{model} already scales like that; nothing was written.")
+    scaled = edits.scale_edit(site, model, minimum, maximum, idle_timeout)
+    name, now = scaled.model.name, edits.in_force(scaled.model)
+    if scaled.edit is None:
+        click.echo(f"{name} already scales like that; nothing was written. In force: {now}")
         return
-    _show(site, edit, f"Scaled {model}: min {minimum}" + (f", max {maximum}" if maximum is not None else "") + ".")
+    _show(site, scaled.edit, f"Scaled {name}; in force once applied: {now}")
 
 @click.group("model")
 def model_group() -> None:

@@ -45,12 +45,20 @@ class ModelsGroup(click.Group):
 def model_detail(view: dict[str, Any], name: str, store_url: str) -> dict[str, Any]:
     """The model's record from `models_view` (by name or alias) with its stored results."""
     from llmgw.probe.results import model_results
+    from llmgw.store import sqlite_path
 
     record = next((m for m in view["models"] if name == m["name"] or name in m.get("aliases", [])), None)
     if record is None:
         known = ", ".join(m["name"] for m in view["models"]) or "none"
         raise UsageError(f"no model {name!r} in the catalog", hint=f"models: {known}")
-    return {"model": record, **model_results(store_url, record["name"]), "notes": view["notes"]}
+    path = sqlite_path(store_url)
+    if path is not None and not path.exists():
+        # A view reads: opening an SQLite store creates its file, so a store not made yet
+        # (by `keys`, `bench` or `check`) holds no results, and is left unmade.
+        results: dict[str, Any] = {"bench": [], "checks": [], "store": store_url, "store_exists": False}
+    else:
+        results = model_results(store_url, record["name"])
+    return {"model": record, **results, "notes": view["notes"]}
 
 
 def show_model(app: Any, view: dict[str, Any], name: str, as_json: bool) -> None:
@@ -97,4 +105,7 @@ def detail_text(detail: dict[str, Any], con: Console) -> None:
             con.print(Text(f"  {f}", style="dim"), overflow="fold")
     else:
         con.print(Text(f"No capability checks yet: `llmgw check {m['name']}` runs them.", style="dim"))
-    con.print(Text(f"Results from {detail['store']}", style="dim"), overflow="fold")
+    if detail.get("store_exists") is False:
+        con.print(Text(f"No results stored: {detail['store']} does not exist yet", style="dim"), overflow="fold")
+    else:
+        con.print(Text(f"Results from {detail['store']}", style="dim"), overflow="fold")

@@ -94,13 +94,20 @@ def status_text(view: dict[str, Any], con: Console) -> None:
     con.print(Text("Replicas  ", style="bold") + Text(rep_line))
     con.print(Text("Models    ", style="bold") + Text(
         f"{m['total']}: {m['ready']} ready, {m['starting']} starting, {m['not placed']} not placed, "
-        f"{m['stopped']} stopped, {m['on demand']} on demand"), overflow="fold")
+        + (f"{m['not moved']} not moved, " if m["not moved"] else "")
+        + f"{m['stopped']} stopped, {m['on demand']} on demand"), overflow="fold")
     if view["unplaceable"]:
         con.print()
         con.print(f"[bold red]Cannot be placed[/] ({len(view['unplaceable'])}; `llmgw explain MODEL` says why):")
         w = max(len(u["model"]) for u in view["unplaceable"])
         for u in view["unplaceable"]:
             con.print(Text(f"  {u['model'].ljust(w)}  {u['placed']}/{u['wanted']}  {u['reason']}"), overflow="fold")
+    if view["not_moved"]:
+        con.print()
+        con.print(f"[bold yellow]Not moved[/] ({len(view['not_moved'])}; `llmgw explain MODEL` says why):")
+        w = max(len(n["replica"]) for n in view["not_moved"])
+        for n in view["not_moved"]:
+            con.print(Text(f"  {n['replica'].ljust(w)}  {n['reason']}"), overflow="fold")
     _live_text(view, con)
     con.print()
     idle_after = duration(view["idle_after_seconds"])
@@ -190,7 +197,9 @@ def models_text(view: dict[str, Any], con: Console) -> None:
             for m in view["models"]]
     for line in plain_table(["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS"], rows):
         con.print(Text(line), overflow="fold")
-    what = {"not placed": "`llmgw explain MODEL` says why", "stopped": "`llmgw apply` starts it",
+    what = {"not placed": "`llmgw explain MODEL` says why",
+            "not moved": "a replica stays where the plan would move it from; `llmgw explain MODEL` says why",
+            "stopped": "`llmgw apply` starts it",
             "starting": "wait, or `llmgw replicas` shows progress"}
     present = [s for s in what if view["counts"].get(s)]
     if present:

@@ -15,7 +15,7 @@ from llmgw.site import Site
 from llmgw.state import read_state
 from llmgw.views.text import human_bytes
 from llmgw.weights.check import pin_catalog
-from llmgw.weights.orphans import Orphan, find_orphans, spare_unpinned, wanted_names
+from llmgw.weights.orphans import Orphan, catalog_names, find_orphans, spare_unpinned, state_wants, wanted_names
 
 TASK = "Remove orphaned cache entries"  # the task in playbooks/weights_gc.yml
 
@@ -52,6 +52,14 @@ def forget_removed(site: Site, facts: dict[str, HostFacts], report: dict[str, di
             write_facts(site.facts_dir, facts[host].model_copy(update={"weights": kept}))
 
 
+def _kept_for_state(facts: dict[str, HostFacts], by_catalog: set[str],
+                    by_state: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Cache entries on the hosts that only replicas in the state still want, with those replicas."""
+    return [{"host": host, "name": w.cache_name, "path": w.path, "replicas": by_state[w.cache_name]}
+            for host in sorted(facts) for w in facts[host].weights or []
+            if w.cache and w.cache_name and w.cache_name in by_state and w.cache_name not in by_catalog]
+
+
 @click.group("weights")
 def weights_group() -> None:
     """Model weights on the hosts."""
@@ -69,21 +77,30 @@ def orphans_cmd(app: AppContext, collect: bool, as_json: bool) -> None:
     site = app.live_site("weights orphans --collect") if collect else app.site
     # Whole repositories as pinned by `catalog validate`: their cache names follow the commit.
     catalog, unpinned = pin_catalog(load_catalog(site.catalog_dir, root=site.root), site)
-    wanted = wanted_names(catalog, read_state(site.state_file))
+    state = read_state(site.state_file)
+    wanted = wanted_names(catalog, state)
     facts = read_facts(site.facts_dir)
     found = spare_unpinned(find_orphans(facts, wanted), unpinned)
     listing = [o for entries in found.values() for o in entries]
     total = sum(o.size_bytes for o in listing)
+    kept = _kept_for_state(facts, catalog_names(catalog), state_wants(catalog, state))
     report = collect_orphans(site, found, wanted) if collect and found else {}
     forget_removed(site, facts, report)
     if as_json:
-        data: dict[str, Any] = {"orphans": [vars(o) for o in listing], "total_bytes": total}
+        data: dict[str, Any] = {"orphans": [vars(o) for o in listing], "total_bytes": total,
+                                "kept_for_state": kept}
         if collect:
             data["collect"] = report
         output.print_json(data)
         return
+    if kept:
+        output.console.print("Kept for replicas the state records, though the catalog no longer wants them (they "
+                             "become orphans once `llmgw apply` replaces or destroys those replicas):", markup=False)
+        for k in kept:
+            output.console.print(f"  {k['host']}  {k['name']}  ({', '.join(k['replicas'])})", markup=False)
     if not listing:
-        output.console.print("No orphaned weights: every llmgw cache entry is wanted by the catalog.")
+        by = "the catalog or by a replica the state records" if kept else "the catalog"
+        output.console.print(f"No orphaned weights: every llmgw cache entry is wanted by {by}.", markup=False)
         return
     rows = [[o.host, o.name, human_bytes(o.size_bytes), o.path] for o in listing]
     output.console.print(output.table(["HOST", "ENTRY", "SIZE", "PATH"], rows))

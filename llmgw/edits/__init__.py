@@ -7,15 +7,17 @@
 Code outside this package imports from here.
 """
 
-from llmgw.edits.catalog_edits import model_add_edit, model_remove_edit, scale_edit
+from llmgw.edits.catalog_edits import Scaled, in_force, model_add_edit, model_remove_edit, scale_edit
 from llmgw.edits.node_state import HostEntry, host_entries, node_state_edit
 from llmgw.edits.yamltext import FileEdit, UnsafeEdit, remove_item, set_key
 
 __all__ = [
     "FileEdit",
     "HostEntry",
+    "Scaled",
     "UnsafeEdit",
     "host_entries",
+    "in_force",
     "model_add_edit",
     "model_remove_edit",
     "node_state_edit",

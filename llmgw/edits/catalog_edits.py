@@ -1,86 +1,179 @@
 """`llmgw scale` and `llmgw model add/remove`: edits of the catalog files.
 
 Each edit changes only what it names (proven by `yamltext.prove`) and the whole catalog
-must load with it made; anything else is refused with nothing written.
+must load with it made; anything else is refused with nothing written. A refusal names
+only what the edit itself got wrong: problems that follow from it (another model's
+fallback to a model the edit broke) are left out, and a file `model add` would have
+written is never named: its problems point at the operator's FILE and line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llmgw.catalog import Catalog, load_catalog
+from llmgw.catalog import Catalog, Model, format_duration, load_catalog, parse_duration
+from llmgw.catalog.load import cross_check, parse_file
 from llmgw.edits.yamltext import FileEdit, at_path, is_content, parse_yaml, prove, remove_item, set_key
-from llmgw.errors import CatalogError, LlmgwError, UsageError
+from llmgw.errors import CatalogError, LlmgwError, Problem, UsageError
 from llmgw.site import Site
 from llmgw.yamlio import loads_yaml
+
+_REFUSED = "the change would leave the catalog invalid; nothing was written"
 
 
 def _catalog(site: Site) -> Catalog:
     return load_catalog(site.catalog_dir, root=site.root)
 
 
-def _validate(site: Site, edit: FileEdit) -> None:
+def _rel(site: Site, path: Path) -> str:
+    """A catalog file's name as `load_catalog` writes it in problems."""
     try:
-        load_catalog(site.catalog_dir, root=site.root, override={edit.path: edit.after})
+        return str(path.resolve().relative_to(site.root.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def _validate(site: Site, edit: FileEdit, relocate: Callable[[Problem], Problem] | None = None) -> Catalog:
+    """The catalog with `edit` made, or an error naming what the edit got wrong.
+
+    The edited file is checked alone first: when it has problems, those are all that is
+    reported (a model it breaks drops out of the cross-file checks, and every fallback to
+    it would be reported as missing: consequences, not mistakes). A new file is then
+    cross-checked after the existing catalog, so a clash is reported on the new entry.
+    `relocate` points the new file's problems at where its text came from.
+    """
+    rel = _rel(site, edit.path)
+    problems: list[Problem] = []
+    if edit.after is not None:
+        located, problems = parse_file(edit.path, rel, edit.after)
+        if not problems and edit.before is None:
+            problems = [p for p in cross_check([*_catalog(site).entries, *located]) if p.file == rel]
+    if problems and relocate is not None:
+        found = [relocate(p) for p in problems]
+        n = len(found)
+        raise LlmgwError(f"{found[0].file} has {n} problem{'s' if n != 1 else ''}; nothing was written",
+                         detail=[str(p) for p in sorted(found)],
+                         hint=f"fix {found[0].file}, then run `llmgw model add -f` again")
+    if problems:
+        raise CatalogError(problems, hint=_REFUSED)
+    try:
+        return load_catalog(site.catalog_dir, root=site.root, override={edit.path: edit.after})
     except CatalogError as exc:
-        raise CatalogError(exc.problems, hint="the change would leave the catalog invalid; nothing was written") \
-            from None
+        raise CatalogError(exc.problems, hint=_REFUSED) from None
 
 
-def scale_edit(site: Site, name: str, minimum: int, maximum: int | None) -> FileEdit | None:
-    """Set a model's scaling.min (and max): only its scaling block changes."""
+@dataclass(frozen=True)
+class Scaled:
+    """What `scale` did: the edit (None: the catalog already says so) and the model as it is then."""
+
+    edit: FileEdit | None
+    model: Model
+
+
+def in_force(model: Model) -> str:
+    """What the model's scaling is and means: the counts, then who starts and stops what."""
+    s = model.scaling
+    low = max(s.min, 1)  # what runs without load: min, or the one replica a request starts
+    text = (f"min {s.min}, max {s.maximum}, idle timeout {format_duration(s.idle_timeout)}, "
+            f"on demand {'yes' if s.min == 0 else 'no'}"
+            + (f", target {s.target_in_flight} in flight per replica" if s.target_in_flight else "") + ". ")
+    if s.min == 0:
+        text += ("No replica runs until a request asks for one; the controller (run with --demand-listen) starts "
+                 f"it and stops it after {format_duration(s.idle_timeout)} without a request.")
+    else:
+        text += (f"The planner keeps {s.min} replica{'s' if s.min != 1 else ''} placed; the idle timeout applies "
+                 "to min 0 models only.")
+    if s.maximum > low and s.target_in_flight:
+        text += (f" Above {low}, the controller (run with --demand-listen) adds replicas up to {s.maximum} while the "
+                 f"load exceeds {s.target_in_flight} in flight per replica, and removes them after "
+                 f"{format_duration(s.down_cooldown)} of lower load.")
+    elif s.maximum > low:
+        text += (f" Nothing starts replicas above {low} (no target_in_flight); the planner leaves running ones up "
+                 f"to max {s.maximum} alone.")
+    return text
+
+
+def scale_edit(site: Site, name: str, minimum: int | None, maximum: int | None,
+               idle_timeout: str | None = None) -> Scaled:
+    """Set a model's scaling.min, max and idle_timeout: only its scaling block changes."""
+    if minimum is not None and maximum is not None and maximum < minimum:
+        raise UsageError(f"--max {maximum} is below --min {minimum}; raise --max or lower --min; "
+                         "nothing was written")
     catalog = _catalog(site)
     model = catalog.resolve(name)
     if model is None:
         raise UsageError(f"no model {name} in the catalog",
                          hint=f"models: {', '.join(m.name for m in catalog) or 'none'}")
+    wanted: dict[str, str] = {}
+    if minimum is not None:
+        wanted["min"] = str(minimum)
+    if maximum is not None:
+        wanted["max"] = str(maximum)
+    if idle_timeout is not None:
+        try:
+            wanted["idle_timeout"] = format_duration(parse_duration(idle_timeout))
+        except ValueError as exc:
+            raise UsageError(f"--idle-timeout: {exc}") from None
+    if not wanted:
+        raise UsageError("nothing to change: give --min, --max or --idle-timeout")
+    s = model.scaling
+    now = {"min": str(s.min), "max": str(s.maximum), "idle_timeout": format_duration(s.idle_timeout)}
+    if all(now[k] == v for k, v in wanted.items()):
+        return Scaled(None, model)
     where = catalog.where(model.name)
     path = (site.root / where.file).resolve()
     before = path.read_text(encoding="utf-8")
     doc = parse_yaml(before, path)
     at: tuple[str | int, ...] = ("models", where.index)
     entry = at_path(doc, at)
-    wanted = {"min": minimum} | ({"max": maximum} if maximum is not None else {})
-    current = entry.get("scaling")
-    if isinstance(current, dict) and all(current.get(k) == v for k, v in wanted.items()):
-        return None
-    if "scaling" in entry and current is not None:
+    if "scaling" in entry and entry.get("scaling") is not None:
         after = before
         for k, v in wanted.items():
-            after = set_key(after, path, (*at, "scaling"), k, str(v))
+            after = set_key(after, path, (*at, "scaling"), k, v)
     else:
         flow = "{" + ", ".join(f"{k}: {v}" for k, v in wanted.items()) + "}"
         after = set_key(before, path, at, "scaling", flow)
 
     def expect(data: Any) -> Any:
         m = at_path(data, at)
-        m["scaling"] = {**(m.get("scaling") or {}), **wanted}
+        m["scaling"] = {**(m.get("scaling") or {}),
+                        **{k: (v if k == "idle_timeout" else int(v)) for k, v in wanted.items()}}
         return data
 
     prove(path, before, after, expect)
     edit = FileEdit(path, before, after)
-    _validate(site, edit)
-    return edit
+    return Scaled(edit, _validate(site, edit).models[model.name])
 
 
-def _as_catalog_text(text: str, source: Path) -> tuple[str, list[str]]:
-    """A catalog file's text from FILE (a catalog file, or one model mapping), and its model names."""
+def _as_catalog_text(text: str, source: Path) -> tuple[str, list[str], Callable[[Problem], Problem]]:
+    """A catalog file's text from FILE (a catalog file, or one model mapping), its model names,
+    and how a problem in that text maps back to FILE's own lines and keys."""
     doc = loads_yaml(text, source)
     if isinstance(doc, dict) and "models" in doc:
         models = doc.get("models") or []
+
+        def relocate(p: Problem) -> Problem:
+            return replace(p, file=str(source))
     elif isinstance(doc, dict) and "name" in doc:
         lines = text.splitlines()
         first = next(i for i, ln in enumerate(lines) if is_content(ln))
         body = ["  - " + lines[first], *[("    " + ln) if ln.strip() else "" for ln in lines[first + 1:]]]
         text = "\n".join([*lines[:first], "models:", *body]) + "\n"
         models = [doc]
+
+        def relocate(p: Problem) -> Problem:
+            # `models:` went in as line first+1: every line after it is FILE's line one up.
+            line = p.line - 1 if p.line > first + 1 else p.line
+            return replace(p, file=str(source), line=line, path=p.path.removeprefix("models[0]").lstrip("."))
     else:
         raise UsageError(f"{source} holds no models: expected `models:` with a list, or one model mapping")
     names = [str(m.get("name")) for m in models if isinstance(m, dict) and m.get("name")]
     if not names:
         raise UsageError(f"{source} holds no named models")
-    return text, names
+    return text, names, relocate
 
 
 def model_add_edit(site: Site, source: Path) -> FileEdit:
@@ -89,13 +182,13 @@ def model_add_edit(site: Site, source: Path) -> FileEdit:
         text = source.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read {source}: {exc.strerror}") from None
-    text, names = _as_catalog_text(text, source)
+    text, names, relocate = _as_catalog_text(text, source)
     dest = site.catalog_dir / f"{names[0]}.yaml"
     if dest.exists():
         raise UsageError(f"{dest} already exists",
                          hint="models are added as a new file; edit that file instead; nothing was written")
     edit = FileEdit(dest, None, text)
-    _validate(site, edit)
+    _validate(site, edit, relocate)
     return edit
 
 

@@ -46,6 +46,8 @@ class Explanation:
         unplaced = next((u for u in self.plan.unplaced if u.model == self.model.name), None)
         if self.model.scaling.min == 0 and not self.trace.attempts:
             return "on demand"
+        if unplaced is not None and unplaced.placed >= unplaced.wanted:
+            return "not moved"  # every replica wanted is placed; one the plan would move stays
         if unplaced is not None:
             return "partly placed" if placed else "not placed"
         return "placed"
@@ -189,7 +191,11 @@ def render_explanation(e: Explanation) -> str:
         out.append(f"Placed: {len(replicas)} replica{'s' if len(replicas) != 1 else ''}.")
     else:
         u = next(u for u in e.plan.unplaced if u.model == m.name)
-        out.append(f"Not placed: {u.placed} of {u.wanted} replicas placed.")
+        if status == "not moved":
+            out.append(f"Placed: {u.placed} of {u.wanted} replicas, but no node takes the replacement of "
+                       f"{', '.join(nm.replica for nm in u.not_moved)}:")
+        else:
+            out.append(f"Not placed: {u.placed} of {u.wanted} replicas placed.")
         out.extend(f"  {nm.replica}: {nm.reason}" for nm in u.not_moved)
     for r in replicas:
         how = "new in this plan" if r.status == "new" else "runs there now (kept)"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from llmgw.catalog import Model, Profile
 from llmgw.planner.fleet import (
@@ -206,8 +207,10 @@ def dynamic_reason(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bo
         fs, free_b = node.cache_fs, fleet.disk_free(node)
         assert fs is not None and free_b is not None and need.size is not None
         where = f"shared {fs.mount}" if fs.shared else fs.mount
-        return (f"{n}: {fmt_gb(max(free_b, 0) / BYTES_PER_GB)} GB free on {where} for {node.host.cache_dir}, "
-                f"weights need {fmt_gb(need.size / BYTES_PER_GB)}")
+        if PurePosixPath(fs.mount) != PurePosixPath(node.host.cache_dir):  # else the same path twice
+            where += f" (holding {node.host.cache_dir})"
+        return (f"{n}: {fmt_gb(max(free_b, 0) / BYTES_PER_GB)} GB free on {where}, "
+                f"weights need {fmt_gb(need.size / BYTES_PER_GB)} GB")
     if fault == "port":
         return f"{n}: every port in {fleet.ports.start}-{fleet.ports.end} is taken"
     return None

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from llmgw import collector
-from llmgw.catalog import Model, Profile
+from llmgw.catalog import Model, Profile, format_duration
 from llmgw.errors import PlanError
 from llmgw.planner import schema
 from llmgw.planner.fleet import MB_PER_GB, Fleet, NodeView, fmt_gb
@@ -523,7 +523,8 @@ class _Planner:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
         return schema.Plan(state_serial=self.state.serial, state_lineage=self.state.lineage, summary=summary,
                     actions=actions, desired=schema.Desired(replicas=desired, models=records), unplaced=unplaced,
-                    on_demand=on_demand, notes=[*self._notes(), *self._floor_notes(placed)])
+                    on_demand=on_demand,
+                    notes=[*self._notes(), *self._floor_notes(placed), *self._above_min_notes(old, placed)])
 
     def _floor_notes(self, placed: dict[str, int]) -> list[str]:
         """Models this plan takes below `scaling.min` ready replicas: capacity cannot keep the floor.
@@ -541,6 +542,32 @@ class _Planner:
             if after < m.scaling.min and after < ready_now:
                 notes.append(f"{m.name}: capacity cannot keep the floor: {ready_now} ready replicas now, {after} after "
                              f"this apply, scaling.min {m.scaling.min} (see the models that cannot be placed)")
+        return notes
+
+    def _above_min_notes(self, old: dict[str, ModelRecord], placed: dict[str, int]) -> list[str]:
+        """Models the plan keeps above `scaling.min`, when it may surprise: min was just
+        lowered, or nothing will ever stop them (min above 0 and no target_in_flight).
+
+        The plan destroys only what runs above max: replicas between min and max may be ones
+        demand started, which only the controller stops (on load or idleness), if anything does."""
+        notes = []
+        for m in self.catalog:
+            prev, s, n = old.get(m.name), m.scaling, placed.get(m.name, 0)
+            lowered = prev is not None and prev.scaling.min > s.min
+            if n <= s.min or not (lowered or (s.min > 0 and not s.target_in_flight)):
+                continue
+            shrink = (f"`llmgw scale {m.name} --min {s.min} --max {s.min}` makes the next plan destroy those "
+                      f"above {s.min}")
+            if s.min == 0:
+                how = (f"the controller (run with --demand-listen) stops them after "
+                       f"{format_duration(s.idle_timeout)} without a request")
+            elif s.target_in_flight:
+                how = f"the controller (run with --demand-listen) removes them as the load falls, or {shrink}"
+            else:
+                how = f"nothing else stops them (no target_in_flight); {shrink}"
+            since = f" (lowered from {prev.scaling.min})" if lowered and prev is not None else ""
+            notes.append(f"{m.name}: {n} replicas stay, above scaling.min {s.min}{since}: the plan stops replicas "
+                         f"only above max ({s.maximum}); {how}")
         return notes
 
     def _notes(self) -> list[str]:

@@ -48,6 +48,7 @@ __all__ = [
     "default_store_url",
     "open_store",
     "redact_url",
+    "sqlite_path",
     "url_scheme",
 ]
 
@@ -58,12 +59,20 @@ def default_store_url() -> str:
     return f"sqlite://{Path(data) / 'llmgw' / 'store.sqlite'}"
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file a `sqlite:` store URL names (None for another scheme); opening it creates it."""
+    if not url.startswith("sqlite:"):
+        return None
+    rest = url[len("sqlite:"):].lstrip("/")
+    if not rest:
+        raise StoreError(f"store URL {url!r} names no file", hint="use sqlite:///path/to/store.sqlite")
+    return Path("/" + rest)
+
+
 def open_store(url: str) -> Store:
-    if url.startswith("sqlite:"):
-        rest = url[len("sqlite:"):].lstrip("/")
-        if not rest:
-            raise StoreError(f"store URL {url!r} names no file", hint="use sqlite:///path/to/store.sqlite")
-        return SqliteStore(url, Path("/" + rest))
+    path = sqlite_path(url)
+    if path is not None:
+        return SqliteStore(url, path)
     if url.startswith(("postgresql://", "postgres://")):
         return PostgresStore(url)
     # Only the scheme: a mistyped scheme must not echo the password that follows it.

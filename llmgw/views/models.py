@@ -5,6 +5,9 @@ The status word decides what the operator does next:
     ready       at least `scaling.min` replicas are ready            nothing
     starting    replicas exist, fewer than min are ready yet         wait
     not placed  the plan cannot place what min asks for              `llmgw explain MODEL`
+    not moved   enough replicas, but one the plan would move (off a  `llmgw explain MODEL`
+                draining node, to a new definition) stays: no node
+                takes its replacement
     stopped     nothing runs, and the plan would place it            `llmgw apply`
     on demand   min 0: a router starts one on the first request      nothing
 
@@ -23,10 +26,15 @@ from llmgw.planner import Unplaced
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
 
-STATUSES = ("ready", "starting", "not placed", "stopped", "on demand")
+STATUSES = ("ready", "starting", "not placed", "not moved", "stopped", "on demand")
 
 
-def summary_reason(u: Unplaced) -> str:
+def short_of(u: Unplaced) -> bool:
+    """Whether the plan places fewer replicas than it wants (else it only could not move some)."""
+    return u.placed < u.wanted
+
+
+def _binding(u: Unplaced) -> str | None:
     """The rejection that binds: a fabric-wide one when there is one, else the commonest
     node rejection (without the node's name), with how many nodes said it."""
     fabric = [r.reason for r in u.rejections if r.fabric is not None]
@@ -35,10 +43,31 @@ def summary_reason(u: Unplaced) -> str:
     reasons = Counter(r.reason.split(": ", 1)[1] if r.node and r.reason.startswith(f"{r.node}: ") else r.reason
                       for r in u.rejections)
     if not reasons:
-        return u.not_moved[0].reason if u.not_moved else "no node fits"
+        return None
     text, n = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))[0]
     nodes = len({r.node for r in u.rejections if r.node})
     return f"{text} ({n} of {nodes} nodes)" if nodes > 1 else text
+
+
+def not_moved_reason(u: Unplaced, replica: str) -> str:
+    """Why `replica` stays where the plan would move it from: its own reason first (a drain,
+    a changed definition), then what keeps its replacement off every other node."""
+    nm = next(n for n in u.not_moved if n.replica == replica)
+    binding = _binding(u)
+    return f"{nm.reason}; no node takes a replacement: {binding}" if binding else nm.reason
+
+
+def summary_reason(u: Unplaced) -> str:
+    """One line for places that have room for one: what binds for a model short of replicas;
+    for one that only could not move a replica, why that replica stays."""
+    if u.not_moved and not short_of(u):
+        first = u.not_moved[0]
+        more = f" (and {len(u.not_moved) - 1} more)" if len(u.not_moved) > 1 else ""
+        return f"{first.replica}: {not_moved_reason(u, first.replica)}{more}"
+    binding = _binding(u)
+    if binding is None:
+        return u.not_moved[0].reason if u.not_moved else "no node fits"
+    return binding
 
 
 def placement_failures(data: SiteData) -> list[dict[str, Any]]:
@@ -55,11 +84,11 @@ def placement_failures(data: SiteData) -> list[dict[str, Any]]:
     return out
 
 
-def _status(m: Model, counts: Mapping[str, int], unplaced: bool) -> str:
+def _status(m: Model, counts: Mapping[str, int], unplaced: Unplaced | None) -> str:
     if m.scaling.min == 0:
         return "on demand"
-    if unplaced:
-        return "not placed"
+    if unplaced is not None:
+        return "not placed" if short_of(unplaced) else "not moved"
     if counts["ready"] >= m.scaling.min:
         return "ready"
     if counts["ready"] or counts["starting"]:
@@ -69,7 +98,7 @@ def _status(m: Model, counts: Mapping[str, int], unplaced: bool) -> str:
 
 def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
     """Every catalog model, in name order, with the placement failures of the plan."""
-    unplaced = {u.model for u in data.plan.unplaced}
+    unplaced = {u.model: u for u in data.plan.unplaced}
     by_model: dict[str, list[Any]] = {}
     for r in data.state.replicas:
         by_model.setdefault(r.model, []).append(r)
@@ -87,7 +116,7 @@ def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
     for m in data.catalog:
         reps = by_model.get(m.name, [])
         counts = {s: sum(1 for r in reps if r.state == s) for s in ("starting", "ready", "draining")}
-        status = _status(m, counts, m.name in unplaced)
+        status = _status(m, counts, unplaced.get(m.name))
         serving = answering(m.name)
         if serving:
             serving_text = "yes"
@@ -104,7 +133,7 @@ def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
             "replicas": {**counts, "total": len(reps)},
             "replicas_text": f"{counts['ready']}/{m.scaling.min}",
             "serving": serving_text, "status": status,
-            "hint": f"llmgw explain {m.name}" if status == "not placed"
+            "hint": f"llmgw explain {m.name}" if status in ("not placed", "not moved")
             else "llmgw apply" if status == "stopped" else None,
             "in_flight": in_flight, "last_used": used[-1] if used else None,
         })

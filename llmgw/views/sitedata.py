@@ -32,7 +32,7 @@ from llmgw.planner import Plan, PlanInputs, make_plan
 from llmgw.planner.load import memo_fabric_index, placement_fabrics, weight_sizes
 from llmgw.site import SITE_FILE, Site
 from llmgw.state import State, read_state
-from llmgw.weights.check import unservable_sources
+from llmgw.weights.check import pin_catalog, unservable_sources
 
 
 @dataclass(frozen=True)
@@ -111,9 +111,13 @@ def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
         notes.append(f"fabrics unknown: {exc.message}")
     nodes = inventory.nodes
     node_facts = {h: f for h, f in facts.items() if h in nodes}
-    inputs = PlanInputs(catalog=catalog, nodes=nodes, facts=node_facts,
+    # Planned as `llmgw plan` plans (planner/load.py): whole repositories pinned to the commit
+    # `catalog validate` recorded, else a state apply made looks like a changed definition
+    # everywhere. The views show the catalog as written.
+    pinned, unpinned = pin_catalog(catalog, site)
+    inputs = PlanInputs(catalog=pinned, nodes=nodes, facts=node_facts,
                         state=state, fabrics=fabric_map, ports=site.config.ports,
-                        weight_sizes=weight_sizes(site.facts_dir), unservable=unservable_sources(site))
+                        weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned})
     if state.serial == 0 and not state.replicas:
         notes.append(f"the state is empty (serial 0, {site.state_file}): nothing applied from this "
                      "checkout, or `state:` in llmgw.yaml does not point at the site's state")

@@ -6,7 +6,8 @@
   not counted as zero;
 - free whole nodes per fabric: ready nodes with every GPU healthy and unheld, the unit a
   multi-node replica is placed in;
-- replica counts by state, model counts by status word, the models the plan cannot place;
+- replica counts by state, model counts by status word, the models the plan cannot place,
+  and the replicas it would move but cannot (each with why it stays);
 - idle replicas: those nobody has used for `idle_after` seconds (or ever, once that old),
   known only when every router answered;
 - per replica, in flight now and idle for how long (`live`), as the routers that answered
@@ -19,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from llmgw.views.defaults import IDLE_AFTER
-from llmgw.views.models import models_view
+from llmgw.views.models import models_view, not_moved_reason
 from llmgw.views.nodes import gpu_holders
 from llmgw.views.replicas import in_order, replica_activity
 from llmgw.views.runtime import Runtime
@@ -114,8 +115,12 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
                                             for s in ("ready", "starting", "draining")},
                      "with_errors": sum(1 for r in reps if r["errors"])},
         "models": {"total": len(models["models"]), **models["counts"]},
+        # Short of replicas; a model that only could not move one is under not_moved: its
+        # rejections say where a replacement cannot go, not that the model cannot be placed.
         "unplaceable": [{"model": f["model"], "wanted": f["wanted"], "placed": f["placed"], "reason": f["summary"]}
-                        for f in models["failures"]],
+                        for f in models["failures"] if f["placed"] < f["wanted"]],
+        "not_moved": [{"model": u.model, "replica": nm.replica, "code": nm.code,
+                       "reason": not_moved_reason(u, nm.replica)} for u in data.plan.unplaced for nm in u.not_moved],
         "idle_after_seconds": idle_after,
         "idle": idle,
         "routers": list(runtime.routers),

@@ -119,7 +119,8 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
         elif info.error:
             out.notes.append(f"could not resolve {spec}: {info.error}")
         else:
-            out.sized.append(f"{spec}: commit {info.commit}, {info.files} files, {_size_text(info.size_bytes)}")
+            files = "file count not recorded" if info.files is None else f"{info.files} files"
+            out.sized.append(f"{spec}: commit {info.commit}, {files}, {_size_text(info.size_bytes)}")
     caps_path = engine_dir(site) / CAPS_FILE
     caps = EngineCaps.load(caps_path) if caps_path.is_file() else None
     if caps is None and wanted:

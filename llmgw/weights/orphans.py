@@ -26,15 +26,27 @@ class Orphan:
     size_bytes: int
 
 
-def wanted_names(catalog: Catalog, state: State) -> set[str]:
-    """Cache names of every source the catalog or a recorded replica still needs."""
-    sources = {m.source for m in catalog}
+def catalog_names(catalog: Catalog) -> set[str]:
+    """Cache names of every source the catalog names."""
+    return {cache_name(m.source) for m in catalog}
+
+
+def state_wants(catalog: Catalog, state: State) -> dict[str, list[str]]:
+    """Cache name -> the recorded replicas that still need it (their own source, and their model's now)."""
     # A replica of a model removed from the catalog keeps its weights until apply destroys it.
     by_model = {m.name: m.source for m in catalog}
-    sources |= {by_model[r.model] for r in state.replicas if r.model in by_model}
-    names = {cache_name(s) for s in sources}
-    names |= {r.cache_name for r in state.replicas if r.cache_name}
-    return names
+    out: dict[str, list[str]] = {}
+    for r in state.replicas:
+        names = {cache_name(by_model[r.model])} if r.model in by_model else set()
+        names |= {r.cache_name} if r.cache_name else set()
+        for n in names:
+            out.setdefault(n, []).append(r.id)
+    return {n: sorted(ids) for n, ids in out.items()}
+
+
+def wanted_names(catalog: Catalog, state: State) -> set[str]:
+    """Cache names of every source the catalog or a recorded replica still needs."""
+    return catalog_names(catalog) | set(state_wants(catalog, state))
 
 
 def spare_unpinned(found: Mapping[str, list[Orphan]], unpinned: Iterable[str]) -> dict[str, list[Orphan]]:

@@ -168,10 +168,59 @@ def test_scale_below_max_is_refused_with_nothing_written(site: Path) -> None:
     assert (site / "catalog" / "chat.yaml").read_text() == CATALOG
 
 
-def test_scale_help_says_what_max_does_and_does_not() -> None:
+def test_scale_help_says_when_replicas_above_min_start_and_stop() -> None:
     text = " ".join(run_cli("scale", "--help").stdout.split())
-    assert "--max does not make the planner place more" in text
-    assert "bounds how many replicas routers may start on demand" in text
+    assert ("Replicas above min start and stop only with the model's `scaling.target_in_flight` set and a "
+            "controller run with --demand-listen") in text
+    assert "Without target_in_flight nothing starts replicas above min" in text
+    assert "`scale MODEL --min N --max N` makes it destroy those above N" in text
+    assert "--idle-timeout DURATION" in text
+
+
+def test_scale_prints_what_is_in_force_not_the_request(site: Path) -> None:
+    # small has no scaling block: max follows min, so `--min 2` makes max 2 as well.
+    result = run_cli("-C", str(site), "scale", "small", "--min", "2")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == [
+        "Scaled small; in force once applied: min 2, max 2, idle timeout 30m, on demand no. The planner keeps 2 "
+        "replicas placed; the idle timeout applies to min 0 models only.",
+        "Commit the change, then run `llmgw plan` to see what it does."]
+    again = run_cli("-C", str(site), "scale", "big", "--min", "0")
+    assert again.stdout.splitlines()[-2] == (
+        "Scaled big; in force once applied: min 0, max 2, idle timeout 30m, on demand yes. No replica runs until a "
+        "request asks for one; the controller (run with --demand-listen) starts it and stops it after 30m without a "
+        "request. Nothing starts replicas above 1 (no target_in_flight); the planner leaves running ones up to max 2 "
+        "alone.")
+
+
+def test_scale_sets_the_idle_timeout(site: Path) -> None:
+    result = run_cli("-C", str(site), "scale", "large", "--idle-timeout", "90m")
+    assert result.exit_code == 0, result.stderr
+    after = (site / "catalog" / "chat.yaml").read_text()
+    assert changed_lines(CATALOG, after) == (["    scaling: {min: 1, max: 2, idle_timeout: 30m}"],
+                                             ["    scaling: {min: 1, max: 2, idle_timeout: 1h30m}"])
+    assert "in force once applied: min 1, max 2, idle timeout 1h30m, on demand no." in result.stdout
+    same = run_cli("-C", str(site), "scale", "big", "--idle-timeout", "1h30m", "--min", "1")
+    assert same.stdout.startswith("big already scales like that; nothing was written. In force: min 1, max 2, ")
+    bad = run_cli("-C", str(site), "scale", "big", "--idle-timeout", "90")
+    assert bad.exit_code == 2
+    assert bad.stderr == "Error: --idle-timeout: '90' is not a duration; write it like 30m, 1h30m or 90s\n"
+
+
+def test_scale_max_below_min_is_one_error_not_two(site: Path) -> None:
+    # big falls back to small: the old answer also listed "'small' is not a model in the catalog".
+    result = run_cli("-C", str(site), "scale", "small", "--min", "5", "--max", "3")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: --max 3 is below --min 5; raise --max or lower --min; nothing was written\n"
+    (site / "catalog" / "chat.yaml").write_text(CATALOG.replace(
+        "    source: hf://org/small/small.gguf\n", "    source: hf://org/small/small.gguf\n"
+        "    scaling: {min: 1, max: 2}\n"))
+    kept_max = run_cli("-C", str(site), "scale", "small", "--min", "3")
+    assert kept_max.exit_code == 1
+    assert kept_max.stderr == (
+        "Error: the catalog has 1 problem\n"
+        "  catalog/chat.yaml:15: models[1].scaling.max: 2 is below min 3; raise max or lower min\n"
+        "the change would leave the catalog invalid; nothing was written\n")
 
 
 def test_model_add_writes_a_new_catalog_file(site: Path, tmp_path: Path) -> None:
@@ -195,6 +244,35 @@ def test_model_add_of_a_clashing_model_is_refused(site: Path, tmp_path: Path) ->
     assert result.exit_code == 1
     assert "'small' is already used by model 'small'" in result.stderr
     assert sorted(p.name for p in (site / "catalog").iterdir()) == ["chat.yaml"]
+
+
+def test_model_add_of_one_mapping_points_at_its_own_line(site: Path, tmp_path: Path) -> None:
+    # The old answer: catalog/coder.yaml:5, a file never written and a line one down (`models:` went in).
+    new = tmp_path / "new.yaml"
+    new.write_text("name: coder\nsource: hf://org/coder/coder.gguf\nprofiles:\n"
+                   "  - {name: cpu, engine: llamacp}\n")
+    result = run_cli("-C", str(site), "model", "add", "-f", str(new))
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: {new} has 1 problem; nothing was written\n"
+        f"  {new}:4: profiles[0].engine: 'llamacp' is not allowed: input should be 'vllm', 'sglang' or 'llamacpp'\n"
+        f"fix {new}, then run `llmgw model add -f` again\n")
+    assert sorted(p.name for p in (site / "catalog").iterdir()) == ["chat.yaml"]
+
+
+def test_model_add_clash_is_blamed_on_the_new_entry(site: Path, tmp_path: Path) -> None:
+    # `aaa` sorts before chat.yaml: the old answer blamed chat.yaml's `small`, "already used by
+    # model 'aaa' at catalog/aaa.yaml:2", a file never written.
+    new = tmp_path / "aaa.yaml"
+    new.write_text("name: aaa\naliases: [large]\nsource: hf://org/aaa/aaa.gguf\nprofiles:\n"
+                   "  - {name: cpu, engine: llamacpp}\n")
+    result = run_cli("-C", str(site), "model", "add", "-f", str(new))
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: {new} has 1 problem; nothing was written\n"
+        f"  {new}:2: aliases[0]: 'large' is already used by model 'big' at catalog/chat.yaml:4; names and aliases "
+        "must be unique across the catalog\n"
+        f"fix {new}, then run `llmgw model add -f` again\n")
 
 
 def test_model_remove_refuses_while_others_fall_back(site: Path) -> None:

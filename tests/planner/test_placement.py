@@ -75,8 +75,8 @@ def test_disk_filter_counts_weights_once_and_skips_holders() -> None:
     held = Weights(path="/var/cache/llmgw/x", size_bytes=1, cache=True, cache_name=cache_name(b.source))
     fs = [facts("n1", 0, disk_free_gb=20), facts("n2", 0, disk_free_gb=50, weights=[held])]
     plan = make_plan(inputs([a, b], [host("n1"), host("n2")], fs, sizes=sizes))
-    assert reasons(plan, "a") == ["n1: 20 GB free on / for /var/cache/llmgw, weights need 60",
-                                  "n2: 50 GB free on / for /var/cache/llmgw, weights need 60"]
+    assert reasons(plan, "a") == ["n1: 20 GB free on / (holding /var/cache/llmgw), weights need 60 GB",
+                                  "n2: 50 GB free on / (holding /var/cache/llmgw), weights need 60 GB"]
     # b's weights are on n2 already and n1 has no room for them: both replicas go to n2 (spread
     # would put the second apart, but only onto a node that fits), and no disk is spent there.
     assert placed_on(plan, "b") == [["n2"], ["n2"]]
@@ -92,8 +92,8 @@ def test_shared_filesystem_is_one_pool() -> None:
     fs = [facts(n, 0, disk_free_gb=100, shared_device="filer:/models", mem_gb=10) for n in ("n1", "n2")]
     plan = make_plan(inputs([a, c], [host("n1"), host("n2")], fs, sizes={a.source: 60 * gb, c.source: 60 * gb}))
     assert len(placed_on(plan, "a")) == 2  # one copy serves both nodes
-    assert reasons(plan, "c") == ["n1: 40 GB free on shared /srv for /var/cache/llmgw, weights need 60",
-                                  "n2: 40 GB free on shared /srv for /var/cache/llmgw, weights need 60"]
+    assert reasons(plan, "c") == ["n1: 40 GB free on shared /srv (holding /var/cache/llmgw), weights need 60 GB",
+                                  "n2: 40 GB free on shared /srv (holding /var/cache/llmgw), weights need 60 GB"]
 
 
 def test_profiles_are_tried_in_catalog_order() -> None:

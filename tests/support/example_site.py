@@ -38,3 +38,14 @@ def example_site(tmp: Path, *, state: bool = True) -> Path:
             replicas.append(r.model_copy(update=update))
         write_state(site.state_file, applied.model_copy(update={"replicas": replicas}))
     return root
+
+
+def ready_example_site(tmp: Path) -> Path:
+    """The example site with its plan applied in full and every replica ready (created at CREATED):
+    what an operator has after a good apply, for the answers each command gives then."""
+    root = example_site(tmp, state=False)
+    site = Site.load(root)
+    applied = load_site_data(site).plan.applied(read_state(site.state_file))
+    write_state(site.state_file, applied.model_copy(update={
+        "replicas": [r.model_copy(update={"created_at": CREATED}) for r in applied.replicas]}))
+    return root

@@ -78,7 +78,8 @@ def test_counts_and_unplaceable(data: SiteData) -> None:
     assert view["nodes"] == {"total": 18, "ready": 16, "cordoned": 1, "draining": 1, "stale": ["a100-node-03"],
                              "no_facts": ["new-01"]}
     assert view["replicas"] == {"total": 4, "ready": 3, "starting": 1, "draining": 0, "with_errors": 0}
-    assert view["models"] == {"total": 7, "ready": 2, "starting": 1, "not placed": 3, "stopped": 0, "on demand": 1}
+    assert view["models"] == {"total": 7, "ready": 2, "starting": 1, "not placed": 3, "not moved": 0, "stopped": 0,
+                              "on demand": 1}
     assert [u["model"] for u in view["unplaceable"]] == ["grok-1", "llama-3.1-405b", "llama-4-maverick"]
     assert view["unplaceable"][1]["reason"] == "fabric ib-0c42a10300c70000: 3 nodes with 8 GPUs free, needs 6"
     assert view["idle"] is None and "idle replicas are not known: no router answered" in view["notes"]

@@ -69,7 +69,7 @@ def test_models_text_and_json(site: Path, monkeypatch: pytest.MonkeyPatch) -> No
     r = run_cli("-C", str(site), "models", "--json", "--no-router")
     data = json.loads(r.stdout)
     assert {m["name"]: m["status"] for m in data["models"]}["qwen2.5-7b"] == "on demand"
-    assert data["counts"] == {"ready": 2, "starting": 1, "not placed": 3, "stopped": 0, "on demand": 1}
+    assert data["counts"] == {"ready": 2, "starting": 1, "not placed": 3, "not moved": 0, "stopped": 0, "on demand": 1}
 
 
 def test_replicas_text_json_and_model_filter(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:

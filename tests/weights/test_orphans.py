@@ -42,7 +42,7 @@ def test_lists_exactly_the_unwanted_cache_entry(example: Path) -> None:
     assert orphans(example) == {
         "orphans": [{"host": "gpu-node-02", "name": cache_name(OLD), "path": f"/var/cache/llmgw/{cache_name(OLD)}",
                      "size_bytes": 1234}],
-        "total_bytes": 1234}
+        "total_bytes": 1234, "kept_for_state": []}
     text = run_cli("-C", str(example), "weights", "orphans")
     assert "1 orphaned entry on 1 host" in text.stdout and "--collect" in text.stdout
 
@@ -53,7 +53,9 @@ def test_weights_of_a_recorded_replica_are_not_orphans(example: Path) -> None:
         endpoint="http://gpu-node-02:20000", cache_name=cache_name(OLD),
         shards=[Shard(node="gpu-node-02", rank=0, port=20000, unit="llmgw-retired-1-0.service")])])
     write_state(example / "state.json", state)
-    assert orphans(example) == {"orphans": [], "total_bytes": 0}
+    assert orphans(example) == {"orphans": [], "total_bytes": 0, "kept_for_state": [
+        {"host": "gpu-node-02", "name": cache_name(OLD), "path": f"/var/cache/llmgw/{cache_name(OLD)}",
+         "replicas": ["retired-1"]}]}
 
 
 def test_removing_a_model_makes_its_entries_orphans(example: Path) -> None:
