@@ -143,7 +143,8 @@ def test_the_real_engine_stops_at_the_reserved_budget(engines: Callable[..., Eng
     assert used <= limit + budget, f"{used} tokens used against a limit of {limit} (default budget {budget})"
 
 
-@pytest.mark.parametrize(("path", "sent", "forwarded"), [
+# (path, what the client sent, the budget fields the engine must get)
+FORWARDED = [
     ("/v1/chat/completions", {}, {"max_tokens": DEFAULT}),
     ("/v1/chat/completions", {"max_tokens": 50}, {"max_tokens": 50}),
     ("/v1/chat/completions", {"max_completion_tokens": 40}, {"max_completion_tokens": 40}),
@@ -151,20 +152,22 @@ def test_the_real_engine_stops_at_the_reserved_budget(engines: Callable[..., Eng
     ("/v1/chat/completions", {"max_tokens": 30, "n_predict": 5000}, {"max_tokens": 30, "n_predict": 30}),
     ("/v1/chat/completions", {"n_predict": 60}, {"n_predict": 60, "max_tokens": 60}),
     ("/v1/completions", {"prompt": "Once", "n": 2}, {"max_tokens": DEFAULT, "n": 2}),
-])
+]
+
+
 def test_the_forwarded_body_carries_the_reserved_budget(greedy: GreedyEngine, state: StateFile,
                                                         start_router: Callable[..., RunningRouter],
-                                                        sqlite_store: Store, path: str, sent: dict[str, Any],
-                                                        forwarded: dict[str, Any]) -> None:
+                                                        sqlite_store: Store) -> None:
     state.write([model("tiny")], [replica("tiny-0", "tiny", greedy.endpoint)])
     router = start_router(state.path, settings=SETTINGS)
     _, key = limited_key(sqlite_store, 1_000_000)
-    body = {**CHAT, **sent} if path.endswith("chat/completions") else {"model": "tiny", **sent}
-    answer = post(router, key, body, path)
-    assert answer.status_code == 200, answer.text
-    [got] = greedy.bodies
     budget_fields = {"max_tokens", "max_completion_tokens", "n_predict", "n"}
-    assert {k: v for k, v in got.items() if k in budget_fields} == forwarded
+    for path, sent, forwarded in FORWARDED:
+        body = {**CHAT, **sent} if path.endswith("chat/completions") else {"model": "tiny", **sent}
+        answer = post(router, key, body, path)
+        assert answer.status_code == 200, answer.text
+        got = greedy.bodies.pop()
+        assert {k: v for k, v in got.items() if k in budget_fields} == forwarded, (path, sent)
 
 
 def test_n_choices_and_batched_prompts_are_reserved(greedy: GreedyEngine, state: StateFile,
@@ -185,7 +188,7 @@ def test_n_choices_and_batched_prompts_are_reserved(greedy: GreedyEngine, state:
 @pytest.mark.parametrize(("field_name", "value"), [
     ("max_tokens", 100000.0), ("max_tokens", "100000"), ("max_tokens", True), ("max_tokens", -1),
     ("max_tokens", 0), ("max_tokens", 10**12), ("max_completion_tokens", 1.5), ("n_predict", -1),
-    ("n_predict", "50"), ("n", "9"), ("n", 10**6), ("n", 2.0),
+    ("n_predict", "50"), ("n", "9"), ("n", 1000), ("n", 2.0),
 ])
 def test_budgets_that_are_not_integers_in_range_are_a_400(greedy: GreedyEngine, state: StateFile,
                                                           start_router: Callable[..., RunningRouter],
