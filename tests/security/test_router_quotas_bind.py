@@ -144,7 +144,7 @@ def test_the_real_engine_stops_at_the_reserved_budget(engines: Callable[..., Eng
 
 
 # (path, what the client sent, the budget fields the engine must get)
-FORWARDED = [
+FORWARDED: list[tuple[str, dict[str, Any], dict[str, int]]] = [
     ("/v1/chat/completions", {}, {"max_tokens": DEFAULT}),
     ("/v1/chat/completions", {"max_tokens": 50}, {"max_tokens": 50}),
     ("/v1/chat/completions", {"max_completion_tokens": 40}, {"max_completion_tokens": 40}),
