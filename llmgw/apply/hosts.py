@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import ansible_content
+from llmgw.apply.admin_token import admin_token
 from llmgw.apply.controller_token import router_token
 from llmgw.apply.dashboard_site import DashboardSite
 from llmgw.apply.engine_keys import EngineKeyring
@@ -180,6 +181,9 @@ class Hosts:
                                 # What routers show the controller's demand API (apply/controller_token.py).
                                 "llmgw_router_controller_token": (router_token(self.engine_keys)
                                                                   if self.engine_keys is not None else ""),
+                                # What the routers' admin APIs take for a change (apply/admin_token.py).
+                                "llmgw_router_admin_token": (admin_token(self.engine_keys)
+                                                             if self.engine_keys is not None else ""),
                                 "llmgw_wait_present": list(present),
                                 "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
                                progress, capture=[WAIT_TASK])

@@ -126,9 +126,11 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
         ui = StepBars(bars)
         say = ui.say if err_console.is_terminal else (
             lambda line: err_console.print(f"{time.monotonic() - started:6.1f}s > {line}", markup=False))
+        from llmgw.apply.admin_token import admin_token
+        from llmgw.apply.engine_keys import EngineKeyring
         from llmgw.views.live_downloads import download_feed  # httpx and the tunnels: only when applying
 
-        ui.feed = download_feed(site, plan, say=say)
+        ui.feed = download_feed(site, plan, say=say, token=lambda: admin_token(EngineKeyring.beside(site.state_file)))
         try:
             outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say, backend=backend,
                                   meta=meta).run()

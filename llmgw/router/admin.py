@@ -2,7 +2,9 @@
 
     admin    (FastAPI)    /api/v1/replicas, /api/v1/models, /api/v1/usage, /api/v1/status,
                           /metrics, /health, and the read-only dashboard when the router
-                          has a site — loopback by default
+                          has a site — loopback by default; Host-checked, and its one
+                          change (POST /api/v1/downloads) takes the admin token
+                          (admin_guard.py)
     metrics  (FastAPI)    /metrics and /metrics/engines (the engines' own, relayed) alone,
                           safe to expose
 
@@ -25,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmgw.probe.results import results_of
+from llmgw.router.admin_guard import ADMIN_TOKEN_FILE, AdminGuard
 from llmgw.router.app import Router, openai_errors
 from llmgw.router.endpoints import served
 from llmgw.router.engine_metrics import relay as relay_engine_metrics
@@ -138,8 +141,11 @@ def _metrics_route(app: FastAPI, router: Router) -> None:
 
 
 def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
-    app = FastAPI(title="llmgw router admin", docs_url="/api/docs", redoc_url=None,
-                  openapi_url="/api/openapi.json")
+    # No Swagger or OpenAPI schema: a map of the admin API for whoever reaches it, and a
+    # page that runs scripts on the listener's origin.
+    app = FastAPI(title="llmgw router admin", docs_url=None, redoc_url=None, openapi_url=None)
+    # Host checked on every request, and changes same-origin, JSON and with the admin token.
+    app.add_middleware(AdminGuard, token_file=router.state_path.with_name(ADMIN_TOKEN_FILE))
     if site_dir is not None:  # the read-only dashboard needs a site: catalog, inventory, facts
         app.include_router(dashboard_router(dashboard_sources(router, site_dir)))
     openai_errors(app)

@@ -10,6 +10,14 @@ for every listener):
   them, so nothing beyond the limit is ever buffered) and `max_headers` -> 431;
 - `header_timeout` from a request's first byte to its last header, then `body_timeout`
   to the end of its body -> 408 (or a closed connection once a response started);
+- and a body still arriving must keep up `body_min_rate` bytes a second on average,
+  checked every `body_check_interval` seconds from the end of its headers -> 408. A fixed
+  deadline alone lets a client that sends a few bytes every couple of seconds hold a
+  connection for all of `body_timeout` (a minute by default, which a large upload on a
+  slow link needs), and a few thousand such clients hold every connection the router
+  takes; at the minimum rate each costs its sender real bandwidth. A body the router
+  itself stopped reading (an upload streamed to a busy engine, uvicorn's flow control)
+  is not the client's fault: that check is skipped, the deadline still holds;
 - `keep_alive_timeout` for an idle connection, from the moment it opens;
 - `max_connections` open at once per listener -> 503 to the next one.
 
@@ -58,6 +66,8 @@ class LimitedHttp(HttpToolsProtocol):
         self._header_count = 0
         self._refused = False
         self._phase: asyncio.TimerHandle | None = None
+        self._body_bytes = 0  # of the request whose body is arriving
+        self._body_from = 0.0  # loop time its headers ended
 
     @classmethod
     def with_limits(cls, settings: RouterSettings) -> type[LimitedHttp]:
@@ -109,6 +119,31 @@ class LimitedHttp(HttpToolsProtocol):
         self._phase = None
         log.info("closing a connection from %s: its %s took over %g s", _peer(self.client), what, seconds)
         self._refuse(408, f"the request's {what} did not arrive within {seconds:g} s", "request_timeout")
+
+    def _arm_body_check(self) -> None:
+        """The next look at the arriving body: its rate, or its deadline, whichever is first."""
+        limits = self.limits
+        elapsed = self.loop.time() - self._body_from
+        if elapsed >= limits.body_timeout:
+            self._expired(limits.body_timeout, "body")
+            return
+        wait = min(limits.body_check_interval, limits.body_timeout - elapsed)
+        self._cancel_phase()
+        self._phase = self.loop.call_later(wait, self._check_body)
+
+    def _check_body(self) -> None:
+        self._phase = None
+        limits = self.limits
+        elapsed = self.loop.time() - self._body_from
+        if elapsed < limits.body_timeout and not self.flow.read_paused \
+                and self._body_bytes < limits.body_min_rate * elapsed:
+            rate = self._body_bytes / max(elapsed, 1e-9)
+            log.info("closing a connection from %s: its body came at %.0f bytes/s, under %g",
+                     _peer(self.client), rate, limits.body_min_rate)
+            self._refuse(408, f"the request's body arrived at {rate:.0f} bytes/s, under the minimum of "
+                              f"{limits.body_min_rate:g}: send it at once", "request_timeout")
+            return
+        self._arm_body_check()
 
     # -- input -----------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -163,8 +198,14 @@ class LimitedHttp(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._arm(self.limits.body_timeout, "body")
+        self._body_bytes = 0
+        self._body_from = self.loop.time()
+        self._arm_body_check()
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)  # the body's own bytes: chunk framing is no progress
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._cancel_phase()

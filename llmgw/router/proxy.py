@@ -5,7 +5,9 @@ The path of a request:
 1. read the body (bounded), find `model` and `stream`; count the request against its
    groups' quotas (429 when over). What differs per endpoint is the request's `Call`
    (calls.py): a multipart form read only up to its `model`, a response id that pins
-   the replica, the engine's own path for the endpoint;
+   the replica, the engine's own path for the endpoint. Under a token limit the
+   completion budget reserved is written into the forwarded body (quotas.py), so the
+   engine generates no more than was counted;
 2. resolve the model (aliases), then walk the model and its fallbacks in order, each
    with its replicas least-loaded first; an on-demand model with nothing running is
    started and the request held until it can answer;
@@ -50,7 +52,7 @@ from llmgw.router.engine_keys import EngineKeys
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import HeldStream, OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
-from llmgw.router.quotas import Quotas
+from llmgw.router.quotas import Budget, Quotas, completion_budget
 from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner
 from llmgw.router.table import EjectionPolicy, ModelEntry, ReplicaRuntime, RoutingTable
@@ -167,12 +169,17 @@ def parse_request(body: bytes) -> tuple[dict[str, Any], str]:
     return req, model
 
 
-def upstream_body(req: dict[str, Any], raw: bytes, model: str, inject_usage: bool) -> bytes:
-    """The body for the engine: the client's bytes, unless the model name or usage must change."""
-    if req["model"] == model and not inject_usage:
+def upstream_body(req: dict[str, Any], raw: bytes, model: str, inject_usage: bool,
+                  budget: Budget | None = None) -> bytes:
+    """The body for the engine: the client's bytes, unless the model name or usage must
+    change, or the engine must be held to a reserved completion `budget` (quotas.py)."""
+    if req["model"] == model and not inject_usage and budget is None:
         return raw
     new = dict(req)
     new["model"] = model
+    if budget is not None:
+        for f in budget.fields:
+            new[f] = budget.tokens
     if inject_usage:
         opts = req.get("stream_options")
         new["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
@@ -253,9 +260,11 @@ class Proxy:
             table = call.restrict(table, entry)
             if req.get("stream") is True and any(e.on_demand for e in table.chain(entry)):
                 send = HeldStream(send)  # SSE comments while a replica starts (ondemand.py); else passes through
-            reservation = await self.quotas.admit(principal, req, len(body), path)
+            budget = completion_budget(req, call.endpoint.path, self.settings)  # a 400 if not integers
+            reservation = await self.quotas.admit(principal, len(body), budget)
+            # Reserved: the engine must stop at the budget, or the limit binds nothing.
             status = await self._route(table, entry, req, body, path, usage_capable, principal,
-                                       send, started, flight)
+                                       send, started, flight, budget if reservation is not None else None)
         except RouterError as err:
             status = err.status
             if err.status == 429:
@@ -294,7 +303,7 @@ class Proxy:
 
     async def _route(self, table: RoutingTable, entry: ModelEntry, req: dict[str, Any], raw: bytes,
                      path: str, usage_capable: bool, principal: Principal, send: Send,
-                     started: float, flight: Flight) -> int:
+                     started: float, flight: Flight, budget: Budget | None) -> int:
         inject = wants_injection(req, usage_capable)
         tried: set[str] = set()  # replicas that failed or timed out on this request: never again
         attempts = 0
@@ -324,7 +333,7 @@ class Proxy:
                         self.metrics.queue_wait(entry.name, time.perf_counter() - started)
                     body = bodies.get(target.name)
                     if body is None:
-                        body = bodies[target.name] = upstream_body(req, raw, target.name, inject)
+                        body = bodies[target.name] = upstream_body(req, raw, target.name, inject, budget)
                     try:
                         return await self._attempt(replica, target.name, path, body, inject, principal, send,
                                                    started, flight, fresh=fresh, deadline=deadline)

@@ -8,13 +8,26 @@ released with the request's real usage in the next usage flush (usage.py), in th
 transaction that adds the usage, so a group's tokens are always used + reserved.
 
 What a request may cost: its prompt, bounded as one token per `prompt_bytes_per_token`
-body bytes (a token is at least one byte of text), plus its completion budget
-(`max_tokens`, `max_completion_tokens` or `max_output_tokens`, else
-`default_max_tokens`; none for embeddings) times `n` choices. A request is admitted
-only if its prompt bound fits under the limit beside what is used and reserved; only
-its completion may pass the limit. So however many routers and concurrent requests
-there are, a group's tokens end at most one request's completion budget over its limit
-(the last one admitted), and embeddings not at all.
+body bytes (a token is at least one byte of text), plus its completion budget times the
+sequences the engine generates (`n`, vLLM's `best_of`, one per prompt of a batched
+`/v1/completions` prompt). The budget is the least of the request's `max_tokens`,
+`max_completion_tokens`, `max_output_tokens` and llama.cpp's `n_predict`, else
+`default_max_tokens`; endpoints that generate nothing (embeddings, rerank, score,
+tokenize) have none. A request is admitted only if its prompt bound fits under the limit
+beside what is used and reserved; only its completion may pass the limit. So however
+many routers and concurrent requests there are, a group's tokens end at most one
+request's completion budget over its limit (the last one admitted), and embeddings not
+at all.
+
+That holds only if the engine generates no more than was reserved, and an engine left
+alone does not: without `max_tokens` llama-server generates until its context is full,
+vLLM until the model's length, and llama.cpp reads `n_predict` before `max_tokens`. So
+for a key under a token limit the router writes the reserved budget into the forwarded
+body (proxy.py `upstream_body`): into every budget field the client sent, and into the
+endpoint's own field (`max_tokens`, `max_output_tokens`) when it sent none of those.
+Every budget and count must be an integer in range (not `100000.0`, `"100000"`, `true`,
+`-1`): anything else is a 400 naming the field, for every key, before anything is
+reserved or routed, so what the engine reads is always what was counted.
 
 Why the body's size and not the engine's tokenizer: admission comes before routing (the
 replica may be cold, on demand), each engine counts differently (llama-server's
@@ -37,10 +50,12 @@ operator set is not waived by an outage.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import secrets
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmgw.router.openai_errors import RouterError
@@ -53,9 +68,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("llmgw.router")
 
-# Request fields that bound a completion's length, by API (chat, completions, responses).
-_BUDGET_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
-_MAX_CHOICES = 128  # `n` beyond this is the engine's to refuse; the reservation stops growing
+# Request fields that bound a completion's length: chat, completions, responses, and
+# llama.cpp's own (which it reads before max_tokens).
+_BUDGET_FIELDS = ("max_completion_tokens", "max_tokens", "max_output_tokens", "n_predict")
+# The endpoints that generate, each with the fields an engine reads its budget from there
+# (any one present binds it) and the one the router sets when the client sent none.
+_GENERATES: dict[str, tuple[tuple[str, ...], str]] = {
+    "/v1/chat/completions": (("max_tokens", "max_completion_tokens"), "max_tokens"),
+    "/v1/completions": (("max_tokens",), "max_tokens"),
+    "/v1/responses": (("max_output_tokens",), "max_output_tokens"),
+}
+# Request fields that multiply the sequences an engine generates (vLLM's best_of: it
+# generates best_of and returns the best n).
+_CHOICE_FIELDS = ("n", "best_of")
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A generating request's completion budget, as reserved and as the engine must see it."""
+
+    tokens: int  # per sequence
+    sequences: int  # choices times prompts
+    fields: tuple[str, ...]  # the body fields that carry `tokens` to the engine
+
+    @property
+    def total(self) -> int:
+        return self.tokens * self.sequences
 
 
 class GroupQuota:
@@ -81,16 +119,36 @@ def prompt_bound(body_bytes: int, settings: RouterSettings) -> int:
     return math.ceil(body_bytes / max(settings.prompt_bytes_per_token, 1e-9))
 
 
+def _count(req: dict[str, Any], name: str, top: int) -> int | None:
+    """`req[name]` as an integer from 1 to `top`; None when absent; else a 400 naming it."""
+    value = req.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or not 1 <= value <= top:  # not bool, float or string: what the engine reads
+        raise RouterError(400, f"`{name}` must be an integer from 1 to {top}, got {json.dumps(value)[:40]}",
+                          param=name, code="invalid_value")
+    return value
+
+
+def completion_budget(req: dict[str, Any], path: str, settings: RouterSettings) -> Budget | None:
+    """The completion budget of a request to `path` (None: the endpoint generates nothing),
+    or a 400 when a budget or count in it is not an integer in range."""
+    known = _GENERATES.get(path)
+    if known is None:
+        return None
+    given = {f: v for f in _BUDGET_FIELDS if (v := _count(req, f, settings.max_budget_tokens)) is not None}
+    choices = max((v for f in _CHOICE_FIELDS if (v := _count(req, f, settings.max_choices)) is not None), default=1)
+    prompt = req.get("prompt") if path == "/v1/completions" else None
+    # A batch: several prompts (strings or token lists), each completed on its own.
+    prompts = len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
+    fields = tuple(given) if any(f in given for f in known[0]) else (*given, known[1])
+    return Budget(min(given.values(), default=settings.default_max_tokens), choices * prompts, fields)
+
+
 def reservation(req: dict[str, Any], body_bytes: int, path: str, settings: RouterSettings) -> int:
     """The most tokens this request may cost: prompt (by body size) plus completion budget."""
-    prompt = prompt_bound(body_bytes, settings)
-    if path.endswith("/embeddings"):
-        return prompt
-    budget = next((v for v in (req.get(f) for f in _BUDGET_FIELDS)
-                   if isinstance(v, int) and not isinstance(v, bool) and v > 0), settings.default_max_tokens)
-    n = req.get("n")
-    choices = min(n, _MAX_CHOICES) if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
-    return prompt + budget * choices
+    budget = completion_budget(req, path, settings)
+    return prompt_bound(body_bytes, settings) + (budget.total if budget is not None else 0)
 
 
 def refusal_error(refusal: Refusal, now: float) -> RouterError:
@@ -112,9 +170,10 @@ class Quotas:
         self.clock = clock
         self.settings = settings
 
-    async def admit(self, principal: Principal, req: dict[str, Any], body_bytes: int, path: str) -> str | None:
+    async def admit(self, principal: Principal, body_bytes: int, budget: Budget | None) -> str | None:
         """Admit the request or raise 429 (503 if the store is down); returns the
-        reservation to hand to `release` when the request is done, if one was made."""
+        reservation to hand to `release` when the request is done, if one was made (then
+        the engine must be held to `budget`: proxy.py writes it into the body)."""
         now = time.time()
         if not principal.quotas:
             self.recorder.count_request(principal.key_id, int(now // 60))
@@ -127,7 +186,8 @@ class Quotas:
         try:
             refusal = await asyncio.to_thread(
                 self.store.admit, principal.key_id, limits, now=now, day=self.clock.day(now),
-                reserve=reservation(req, body_bytes, path, self.settings), reservation_id=rid,
+                reserve=prompt_bound(body_bytes, self.settings) + (budget.total if budget is not None else 0),
+                reservation_id=rid,
                 fit=prompt_bound(body_bytes, self.settings),  # the prompt fits; only the completion may pass
                 expires_at=now + self.settings.reservation_ttl, usage=batch)
         except Exception as exc:

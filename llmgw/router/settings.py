@@ -69,14 +69,26 @@ class RouterSettings:
     # the end of its body (408 after either): a slow client cannot hold a connection.
     header_timeout: float = 10.0
     body_timeout: float = 60.0
+    # A body still arriving must average this many bytes a second since its headers,
+    # looked at every `body_check_interval` seconds (408 below it): a client trickling a
+    # few bytes now and then is cut off at the first look, not after all of body_timeout.
+    body_min_rate: float = 1024.0
+    body_check_interval: float = 5.0
     # Seconds an idle connection (new, or between requests) stays open. Above the idle
     # timeout of any load balancer in front, or it reuses connections the router closed.
     keep_alive_timeout: float = 20.0
     # Open connections per listener; beyond it a new one gets 503 and is closed.
     max_connections: int = 4096
     # -- token quotas (quotas.py) ----------------------------------------------------------
-    # Reserved at admission for a request that names no max_tokens (max_completion_tokens).
+    # Reserved at admission for a request that names no max_tokens (max_completion_tokens),
+    # and written into its body when its key is under a token limit, so the engine stops
+    # there: keep it within the context of the models limited groups use (vLLM refuses a
+    # max_tokens the context cannot hold).
     default_max_tokens: int = 4096
+    # The largest completion budget (max_tokens, ...) and sequence count (n, best_of) a
+    # request may name: more is a 400, not a reservation beyond any model's context.
+    max_budget_tokens: int = 1_048_576
+    max_choices: int = 128
     # The prompt is reserved as one token per this many request-body bytes: 1 is an upper
     # bound for text (a token is at least one byte), so a daily limit holds; raise it to
     # reserve less for bodies carrying images or other bulky data.

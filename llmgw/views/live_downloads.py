@@ -76,8 +76,12 @@ class DownloadFeed:
 
     def __init__(self, routes: Callable[[], Sequence[AdminRoute | tuple[str, str]]],
                  replicas_for: Callable[[str, str], list[str]], *, say: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, every: float = POST_EVERY_S) -> None:
+                 clock: Callable[[], float] = time.monotonic, every: float = POST_EVERY_S,
+                 token: Callable[[], str] | None = None) -> None:
         self.routes = routes  # worked out in the feed's thread, at the first download (it reads the inventory)
+        # The routers' admin token (llmgw.apply.admin_token): a post is a change there
+        # (llmgw.router.admin_guard). Asked for once, in the feed's thread, if a router is reachable.
+        self.token = token
         self.replicas_for = replicas_for  # (host, cache name) -> replica ids being fetched for
         self.say = say
         self.clock = clock
@@ -128,6 +132,11 @@ class DownloadFeed:
         reachable = [r for r in routes if isinstance(r, AdminRoute)]
         if not reachable:
             return
+        try:
+            headers = {"Authorization": f"Bearer {self.token()}"} if self.token is not None else {}
+        except LlmgwError as exc:
+            self._note("any", exc.message)
+            return
         tunnels: dict[str, tuple[contextlib.ExitStack, str]] = {}  # router -> its open tunnel, base URL
         retry_at: dict[str, tuple[float, float]] = {}  # router -> (when to try again, the wait after that)
         try:
@@ -150,7 +159,8 @@ class DownloadFeed:
                             except BaseException:
                                 stack.close()
                                 raise
-                        httpx.post(f"{tunnels[name][1]}/api/v1/downloads", json=body, timeout=5).raise_for_status()
+                        httpx.post(f"{tunnels[name][1]}/api/v1/downloads", json=body, headers=headers,
+                                   timeout=5).raise_for_status()
                         self.posts += 1
                         retry_at.pop(name, None)
                     except (tunnel.TunnelError, httpx.HTTPError) as exc:
@@ -224,8 +234,10 @@ def _row(d: Any) -> dict[str, Any] | None:
             "replicas": reps[:100]}
 
 
-def download_feed(site: Site, plan: Plan, *, say: Callable[[str], None] | None = None) -> DownloadFeed:
-    """The feed for one apply of `plan`: to the site's routers (none on a recorded site)."""
+def download_feed(site: Site, plan: Plan, *, say: Callable[[str], None] | None = None,
+                  token: Callable[[], str] | None = None) -> DownloadFeed:
+    """The feed for one apply of `plan`: to the site's routers (none on a recorded site),
+    posting with the routers' admin `token`."""
     wanted: dict[tuple[str, str], list[str]] = {}
     for r in plan.desired.replicas:
         if r.cache_name:
@@ -238,4 +250,4 @@ def download_feed(site: Site, plan: Plan, *, say: Callable[[str], None] | None =
         routers = load_inventory(site.inventory).routers
         return routes_for([routers[n] for n in sorted(routers)])
 
-    return DownloadFeed(routes, lambda host, name: sorted(wanted.get((host, name), [])), say=say)
+    return DownloadFeed(routes, lambda host, name: sorted(wanted.get((host, name), [])), say=say, token=token)

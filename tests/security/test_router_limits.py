@@ -123,6 +123,46 @@ def test_a_body_trickling_in_times_out(router: RunningRouter, connect: Callable[
     assert router_healthy(router)
 
 
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_trickled_a_few_bytes_every_2_s_is_cut_off(state: StateFile,
+                                                          start_router: Callable[..., RunningRouter],
+                                                          framing: str) -> None:
+    """#32: the body deadline held (a minute by default), and for that minute a client sending
+    three bytes every 2 s kept its connection; enough of them hold every connection."""
+    state.write([model("tiny")], [])
+    rr = start_router(state.path)  # the default body_timeout (60 s) and rate check
+    key = rr.store.create_key("trickle")[1]
+    s = socket.create_connection(("127.0.0.1", rr.server.addresses["client"][1]), timeout=PATIENCE)
+    try:
+        length = b"Transfer-Encoding: chunked" if framing == "chunked" else b"Content-Length: 100000"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode()
+                  + b"\r\nContent-Type: application/json\r\n" + length + b"\r\n\r\n")
+        piece = b"3\r\n{\"m\r\n" if framing == "chunked" else b"{\"m"
+        planned, sent, raw = 15, 0, b""  # 30 s of it: longer than the first look at its rate
+        s.settimeout(2.0)  # the attacker's pace: the next piece goes when 2 s pass without an answer
+        while sent < planned and not raw:
+            try:
+                s.sendall(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += 1
+            try:
+                raw = s.recv(65536) or b"-"
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                break
+        s.settimeout(PATIENCE)
+        raw = raw.removesuffix(b"-") + read_response(s)
+        assert raw, f"the router took {sent} pieces 2 s apart and closed without an answer"
+        status, err = status_and_error(raw)
+        assert status == 408 and err["code"] == "request_timeout" and "bytes/s" in str(err["message"]), err
+        assert sent < planned, f"the router held a trickled body for {sent * 2} s"
+    finally:
+        s.close()
+    assert router_healthy(rr)
+
+
 def test_an_idle_connection_is_closed(connect: Callable[[], socket.socket]) -> None:
     s = connect()  # never sends a byte
     assert read_response(s) == b""

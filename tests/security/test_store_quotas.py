@@ -144,14 +144,20 @@ def test_requests_per_minute_hold_across_two_routers(pg_stores: list[Store], sta
 
 
 def test_reservations_count_n_choices_and_the_default_budget() -> None:
+    from llmgw.router.openai_errors import RouterError
     from llmgw.router.quotas import reservation
 
     s = RouterSettings()
     assert reservation({"max_tokens": 10}, 100, "/v1/chat/completions", s) == 110
     assert reservation({"max_tokens": 10, "n": 5}, 100, "/v1/chat/completions", s) == 150
+    assert reservation({"max_tokens": 10, "n_predict": 4}, 100, "/v1/chat/completions", s) == 104
+    assert reservation({"prompt": ["a", "b"], "max_tokens": 10, "best_of": 3}, 100, "/v1/completions", s) == 160
     assert reservation({}, 100, "/v1/completions", s) == 100 + s.default_max_tokens
-    assert reservation({"max_tokens": True, "n": "9"}, 0, "/v1/chat/completions", s) == s.default_max_tokens
     assert reservation({"max_tokens": 10}, 100, "/v1/embeddings", s) == 100
+    for bad in ({"max_tokens": True}, {"n": "9"}, {"max_tokens": 100000.0}, {"n_predict": -1}):
+        with pytest.raises(RouterError) as err:  # a 400: never a reservation of the default instead
+            reservation(bad, 0, "/v1/chat/completions", s)
+        assert err.value.status == 400 and err.value.param == next(iter(bad))
 
 
 # -- usage survives the router's end ----------------------------------------------------------

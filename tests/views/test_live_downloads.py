@@ -14,7 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from llmgw.apply.admin_token import admin_token
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.inventory import Host
+from llmgw.router.admin_guard import ADMIN_TOKEN_FILE
+from llmgw.site import Site
 from llmgw.views.live_downloads import FORGET_AFTER_S, DownloadBoard, DownloadFeed
 from llmgw.views.tunnel import admin_route
 from tests.support.example_site import example_site
@@ -67,8 +71,11 @@ def test_the_board_checks_what_it_is_sent_and_forgets_a_silent_apply() -> None:
 
 @pytest.fixture
 def router(tmp_path: Path) -> Iterator[int]:
-    """`llmgw router serve` with the example site (so its admin listener has the dashboard)."""
+    """`llmgw router serve` with the example site (so its admin listener has the dashboard),
+    and the admin token beside its state, as the role writes it."""
     root = example_site(tmp_path)
+    state_file = Site.load(root).state_file
+    state_file.with_name(ADMIN_TOKEN_FILE).write_text(admin_token(EngineKeyring.beside(state_file)) + "\n")
     admin = free_port()
     llmgw = Path(sys.executable).with_name("llmgw")
     # One process: the dashboard is the admin listener's, served alike by a lone router and by
@@ -94,12 +101,14 @@ def router(tmp_path: Path) -> Iterator[int]:
             proc.stdout.close()
 
 
-def test_apply_feed_reaches_the_dashboard_until_apply_is_done(router: int) -> None:
+def test_apply_feed_reaches_the_dashboard_until_apply_is_done(router: int, tmp_path: Path) -> None:
     route = admin_route(Host("router-1", frozenset({"llmgw_routers"}),
                              vars={"ansible_connection": "local", "llmgw_router_admin_listen": f"127.0.0.1:{router}"}))
     base = f"http://127.0.0.1:{router}"
     clock = Clock()
-    feed = DownloadFeed(lambda: [route], lambda host, name: ["qwen2.5-coder-14b-1"], clock=clock, every=0.1)
+    keyring = EngineKeyring.beside(Site.load(tmp_path / "example").state_file)  # what apply derives it from
+    feed = DownloadFeed(lambda: [route], lambda host, name: ["qwen2.5-coder-14b-1"], clock=clock, every=0.1,
+                        token=lambda: admin_token(keyring))
     feed.reading("l40s-01", NAME, 1 * GIB, 9 * GIB)
     clock.now += 16
     feed.reading("l40s-01", NAME, 3 * GIB, 9 * GIB)  # 128 MiB/s, 6 GiB left: 48 s
@@ -115,7 +124,8 @@ def test_apply_feed_reaches_the_dashboard_until_apply_is_done(router: int) -> No
     assert "128 MiB/s" in overview and ">48s<" in overview
     replicas = httpx.get(f"{base}/replicas", timeout=120).text  # under its replica, with rate and time left
     assert "downloading on l40s-01: 3.0 GiB of 9.0 GiB (33%), 128 MiB/s, 48s left" in replicas
-    bad = httpx.post(f"{base}/api/v1/downloads", content=b"{not json")
+    bad = httpx.post(f"{base}/api/v1/downloads", content=b"{not json",
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {admin_token(keyring)}"})
     assert bad.status_code == 400
 
     feed.close()
