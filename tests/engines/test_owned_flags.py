@@ -23,6 +23,9 @@ import pytest
 from llmgw.engines.flags import FLAGS, OTHERS, check_args, owned_flag
 from tests.engines.test_parsers import ENGINE_DIR, HERE, VENVS
 
+# The pinned parsers' venvs and the built llama-server (scripts/setup-host); a minute each.
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
 
 def spellings(option: str) -> list[str]:
     """Every way of writing `option` an argparse-based engine might read as it."""
@@ -103,7 +106,6 @@ def help_groups(binary: Path) -> list[set[str]]:
     return groups
 
 
-@pytest.mark.engine
 def test_llamacpp_lists_every_alias_of_a_refused_option() -> None:
     groups = help_groups(ENGINE_DIR / "llama-server")
     known = set().union(*groups)
@@ -114,7 +116,6 @@ def test_llamacpp_lists_every_alias_of_a_refused_option() -> None:
     assert {"-m", "--model"} <= next(g for g in groups if "--model" in g)  # the help is parsed as meant
 
 
-@pytest.mark.engine
 def test_llamacpp_reads_no_prefix_and_no_equals() -> None:
     """llama.cpp matches whole words: `--hos` and `--host=x` are not `--host` there, so
     refusing exact words is enough (the server refuses to start on an unknown word)."""
