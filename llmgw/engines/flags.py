@@ -30,7 +30,7 @@ Used by `catalog validate` (llmgw.catalog.schema) and the llmgw_engine role's pr
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 OWNED = "owned"
@@ -199,7 +199,7 @@ _OWNED_FROM = {"parallelism": "from the profile's gpus and nodes", "distributed 
 
 @dataclass(frozen=True)
 class Refusal:
-    index: int  # of the word in args (or -1 for env)
+    index: int  # of the word in args
     message: str
 
 
@@ -210,8 +210,8 @@ def check_args(engine: str, args: Sequence[str]) -> list[Refusal]:
     out: list[Refusal] = []
     for i, word in enumerate(args):
         if word in ("-", "--"):
-            out.append(Refusal(i, f"{word!r} ends the engine's options (what follows would be read as the model): "
-                                  "remove it"))
+            out.append(Refusal(i, f"{word!r} is refused in args: it ends the engine's options (what follows "
+                                  "would be read as the model): remove it"))
             continue
         flag = owned_flag(engine, word)
         if flag is None:
@@ -266,7 +266,3 @@ def check_env_name(name: str) -> str | None:
                 "remove it")
     return None
 
-
-def check_env(env: Mapping[str, str] | Iterable[str]) -> list[str]:
-    """One message per refused name."""
-    return [msg for msg in (check_env_name(str(n)) for n in env) if msg]
