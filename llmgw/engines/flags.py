@@ -245,10 +245,10 @@ that turn on code loading, dev endpoints, pickles, other hubs."""
 
 # Within the prefixes: names with a word that points at a file, a folder, a plugin, an
 # address or a credential (`NCCL_NET_PLUGIN`, `VLLM_CACHE_ROOT`, `CUDA_HOME`).
-_ENV_WORDS = frozenset({"PATH", "PATHS", "DIR", "DIRS", "FILE", "FILES", "ROOT", "HOME", "PLUGIN", "PLUGINS",
-                        "MODULE", "MODULES", "KEY", "KEYS", "TOKEN", "SECRET", "PASSWORD", "HOST", "PORT",
-                        "ADDR", "ADDRESS", "URL", "URI", "ENDPOINT", "SOCKET", "CONFIG", "LIB", "LIBRARY",
-                        "PRELOAD", "CERT", "CA"})
+_ENV_WORDS = frozenset({
+    "PATH", "PATHS", "DIR", "DIRS", "DIRECTORY", "FOLDER", "FILE", "FILES", "ROOT", "HOME", "PLUGIN", "PLUGINS",
+    "MODULE", "MODULES", "LIB", "LIBRARY", "PRELOAD", "CONFIG", "HOST", "PORT", "ADDR", "ADDRESS", "URL", "URI",
+    "ENDPOINT", "SOCKET", "KEY", "KEYS", "TOKEN", "SECRET", "PASSWORD", "CERT", "CA"})
 
 
 def check_env_name(name: str) -> str | None:
@@ -262,7 +262,7 @@ def check_env_name(name: str) -> str | None:
         return f"{name} is a llama-server option by another name: put the option in args, where it is checked"
     word = next((w for w in name.split("_") if w in _ENV_WORDS), None)
     if word:
-        return (f"{name} names a {word.lower()} (files, code, addresses and credentials stay llmgw's): "
+        return (f"{name} has the word {word}: files, code, addresses and credentials stay llmgw's, "
                 "remove it")
     return None
 
