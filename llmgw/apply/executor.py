@@ -158,7 +158,8 @@ class Applier:
         return {"unit": unit_base(s.unit), "state": "present", "replica": r.id, "model": r.model,
                 "lineage": self.state.lineage,
                 "model_path": f"{cache_dir.rstrip('/')}/{r.cache_name}", "engine": r.engine, "port": s.port,
-                "gpus": list(s.gpus), "args": list(r.args or []), "env": dict(r.env or {}), "rank": s.rank,
+                "gpus": list(s.gpus), "args": list(r.args or []), "env": dict(r.env or {}),
+                "trust_remote_code": bool(r.trust_remote_code), "rank": s.rank,
                 "nodes": len(r.shards), "leader": leader.address,
                 "peers": [f"{x.address}:{x.port}" for x in sorted(r.shards, key=lambda x: x.rank)],
                 "fabric": r.fabric or "", "ib_hcas": self._hcas(s.node, r.fabric) if len(r.shards) > 1 else []}

@@ -75,6 +75,11 @@ def catalog_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
+def _lower_first(msg: str) -> str:
+    """`String should match...` -> `string should match...`; a name (`LD_PRELOAD is...`) stays as written."""
+    return msg[0].lower() + msg[1:] if msg[1:2].islower() else msg
+
+
 def _pydantic_problems(exc: ValidationError, doc: Any, rel: str, prefix: list[str | int]) -> Iterable[Problem]:
     for err in exc.errors():
         loc: list[str | int] = [*prefix, *err["loc"]]
@@ -87,7 +92,7 @@ def _pydantic_problems(exc: ValidationError, doc: Any, rel: str, prefix: list[st
             msg = m.group(2)
         if loc and loc[-1] == "[key]":  # a mapping key itself is wrong (an env name): name the key
             loc = loc[:-1]
-            msg = f"the key {err['input']!r} is not allowed here: {msg[0].lower()}{msg[1:]}"
+            msg = f"the key {err['input']!r} is not allowed here: {_lower_first(msg)}"
         if err["type"] == "extra_forbidden":
             msg = f"unknown key {loc[-1]!r}; check its spelling (the catalog refuses keys it does not know)"
         elif err["type"] == "missing":

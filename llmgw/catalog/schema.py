@@ -13,9 +13,21 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from llmgw.engines.flags import check_args, check_env_name
 
 NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
@@ -43,8 +55,26 @@ def _no_bool(value: object) -> object:
     return value
 
 
+def _engine_arg(value: str, info: ValidationInfo) -> str:
+    """One word of a profile's args: not a flag llmgw owns, nor one that widens trust
+    (llmgw.engines.flags, in every spelling the engine's parser accepts)."""
+    engine = info.data.get("engine")
+    if engine is not None:
+        for refusal in check_args(str(engine), [value]):
+            raise ValueError(refusal.message)
+    return value
+
+
+def _engine_env(name: str) -> str:
+    why = check_env_name(name)
+    if why:
+        raise ValueError(why)
+    return name
+
+
 Text = Annotated[str, AfterValidator(check_text)]
-EnvName = Annotated[str, Field(pattern=ENV_NAME_RE)]
+EngineArg = Annotated[str, AfterValidator(check_text), AfterValidator(_engine_arg)]
+EnvName = Annotated[str, Field(pattern=ENV_NAME_RE), AfterValidator(_engine_env)]
 Count = Annotated[int, BeforeValidator(_no_bool)]
 Number = Annotated[float, BeforeValidator(_no_bool)]
 Engine = Literal["vllm", "sglang", "llamacpp"]
@@ -131,8 +161,11 @@ class Profile(BaseModel):
     gpu_class: Text | None = None
     min_memory_gb: Annotated[Number, Field(ge=0, allow_inf_nan=False)] = 0
     node_selector: dict[Text, Text] = Field(default_factory=dict)
-    args: list[Text] = Field(default_factory=list)
+    args: list[EngineArg] = Field(default_factory=list)
     env: dict[EnvName, Text] = Field(default_factory=dict)
+    # The engine runs the model repository's own Python (`--trust-remote-code`): a key of
+    # its own, never an arg, so that review, the plan and policy `auto` see it.
+    trust_remote_code: StrictBool = False
 
     @model_validator(mode="after")
     def _multi_node_needs_gpus(self) -> Profile:
@@ -143,6 +176,9 @@ class Profile(BaseModel):
                 "gpus per shard (or set nodes: 1)")
         if self.gpu_class is not None and self.gpus == 0:
             raise ValueError("gpu_class is set but gpus is 0; set gpus, or drop gpu_class")
+        if self.trust_remote_code and self.engine == "llamacpp":
+            raise ValueError("trust_remote_code: llama.cpp runs no code from the model (GGUF weights only); "
+                             "remove it")
         return self
 
 
@@ -188,6 +224,8 @@ class Model(BaseModel):
             raise ValueError(f"{v!r} names no host; write https://host/path")
         if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
             raise ValueError(f"{v!r}: a file source is file:///absolute/path (three slashes, no host)")
+        if parts.scheme == "file" and {".", ".."} & set(unquote(parts.path).split("/")):
+            raise ValueError(f"{v!r}: a file source names its file directly; remove the '.' and '..' parts")
         if port == 0:
             raise ValueError(f"{v!r}: port 0 is not a port")
         return v

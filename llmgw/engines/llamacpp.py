@@ -43,6 +43,8 @@ def rpc_worker(shard: Shard, layout: Layout) -> list[str]:
 
 
 def command(shard: Shard, layout: Layout) -> list[str]:
+    if shard.trust_remote_code:
+        raise ValueError("trust_remote_code: llama.cpp runs no code from the model; the profile must not set it")
     if not shard.multi_node:
         return single_node(shard, layout)
     return rpc_leader(shard, layout) if shard.rank == 0 else rpc_worker(shard, layout)

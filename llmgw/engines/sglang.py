@@ -20,6 +20,8 @@ def _base(shard: Shard, layout: Layout) -> list[str]:
     # each key as `--<key>` as written: `api_key` would be refused (seen with 0.5.23).
     if shard.key_config:
         words += ["--config", shard.key_config]
+    if shard.trust_remote_code:
+        words.append("--trust-remote-code")
     return words
 
 

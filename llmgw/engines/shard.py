@@ -31,6 +31,7 @@ class Shard:
     leader: str = ""
     peers: tuple[str, ...] = ()  # address:port of every shard, in rank order
     key_config: str = ""  # a file of options holding the API key, for engines that read one (SGLang)
+    trust_remote_code: bool = False  # the profile's reviewed key: the engine runs the model's own code
 
     @property
     def multi_node(self) -> bool:
@@ -60,7 +61,16 @@ class Shard:
                    args=tuple(str(a) for a in entry.get("args") or ()), rank=int(entry.get("rank") or 0),
                    nodes=int(entry.get("nodes") or 1), leader=str(entry.get("leader") or ""),
                    peers=tuple(str(p) for p in entry.get("peers") or ()),
-                   key_config=str(entry.get("key_config") or ""))
+                   key_config=str(entry.get("key_config") or ""),
+                   trust_remote_code=_flag(entry.get("trust_remote_code")))
+
+
+def _flag(value: Any) -> bool:
+    """A yes/no of the shard entry: a real boolean only (`"false"` is a string Ansible may
+    hand over, and must not turn trust on)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise ValueError(f"trust_remote_code must be true or false, not {value!r}")
 
 
 @dataclass(frozen=True)

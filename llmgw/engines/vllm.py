@@ -22,8 +22,9 @@ CLI = "vllm.entrypoints.cli.main"
 
 
 def _flags(shard: Shard, layout: Layout) -> list[str]:
-    return ["--model", shard.model_path, "--served-model-name", shard.model, "--host", layout.listen_address,
-            "--port", str(shard.port), "--tensor-parallel-size", str(shard.gpus_per_node)]
+    words = ["--model", shard.model_path, "--served-model-name", shard.model, "--host", layout.listen_address,
+             "--port", str(shard.port), "--tensor-parallel-size", str(shard.gpus_per_node)]
+    return [*words, "--trust-remote-code"] if shard.trust_remote_code else words
 
 
 def single_node(shard: Shard, layout: Layout) -> list[str]:
@@ -32,8 +33,13 @@ def single_node(shard: Shard, layout: Layout) -> list[str]:
 
 
 def multi_node(shard: Shard, layout: Layout) -> list[str]:
-    """One rank of a replica spread over `nodes` hosts: pipeline parallel across them."""
-    words = [layout.venv_python("vllm"), "-m", CLI, "serve", *_flags(shard, layout),
+    """One rank of a replica spread over `nodes` hosts: pipeline parallel across them.
+
+    The weights are also `serve`'s positional model (which `serve` prefers to --model), so a
+    word of the catalog's args that argparse would take as that positional is refused by
+    vLLM as an extra one instead of replacing the model.
+    """
+    words = [layout.venv_python("vllm"), "-m", CLI, "serve", shard.model_path, *_flags(shard, layout),
              "--pipeline-parallel-size", str(shard.nodes), "--nnodes", str(shard.nodes),
              "--node-rank", str(shard.rank), "--master-addr", shard.leader, "--master-port", str(shard.init_port)]
     if shard.rank > 0:

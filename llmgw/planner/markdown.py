@@ -33,7 +33,8 @@ def _where(a: Action, plan: Plan) -> str:
     new = next((r for r in plan.desired.replicas if r.id == a.replica), None)
     if new is None:
         return ""
-    return ", ".join(f"{s.node} gpus {list(s.gpus)} port {s.port}" for s in new.shards)
+    where = ", ".join(f"{s.node} gpus {list(s.gpus)} port {s.port}" for s in new.shards)
+    return where + ("; runs the model's own code (trust_remote_code)" if new.trust_remote_code else "")
 
 
 def render_markdown(plan: Plan) -> str:

@@ -316,7 +316,7 @@ class _Planner:
             id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
             endpoint=_endpoint(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
             fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
-            args=list(profile.args), env=dict(profile.env))
+            args=list(profile.args), env=dict(profile.env), trust_remote_code=profile.trust_remote_code or None)
 
     def _place(self, model: Model, rid_for: str) -> tuple[schema.PlannedReplica | None, list[schema.Rejection]]:
         """One replica of `model`, trying its profiles in catalog order."""

@@ -55,6 +55,8 @@ def _replica_lines(new: PlannedReplica | None, old: Replica | None) -> list[str]
             ("endpoint", _q(old.endpoint if old else None), _q(new.endpoint if new else None))]
     if new is not None and new.fabric:
         rows.append(("fabric", None, f'"{new.fabric}"'))
+    if new is not None and new.trust_remote_code:  # a widening of trust review must see
+        rows.append(("trust", None, '"runs the model\'s own code (trust_remote_code)"'))
     olds = {s.rank: s for s in old.shards} if old else {}
     news = {s.rank: s for s in new.shards} if new else {}
     for rank in sorted(set(olds) | set(news)):

@@ -96,15 +96,19 @@ class PlannedReplica(_Model):
     cache_name: str | None = None
     args: list[str] | None = None
     env: dict[str, str] | None = None
+    # The profile's key: the engine runs the model's own code. True or None (never False), so a
+    # plan without it reads as before the key existed.
+    trust_remote_code: bool | None = None
 
     @classmethod
     def placed(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard],
                endpoint: str, spec_hash: str, fabric: str | None, source: str, cache_name: str, args: list[str],
-               env: dict[str, str]) -> PlannedReplica:
+               env: dict[str, str], trust_remote_code: bool | None = None) -> PlannedReplica:
         """A new replica from the planner's own, already valid values (see `_trusted`)."""
         return _trusted(cls, {"id": id, "model": model, "profile": profile, "engine": engine, "shards": shards,
                               "endpoint": endpoint, "spec_hash": spec_hash, "status": "new", "fabric": fabric,
-                              "source": source, "cache_name": cache_name, "args": args, "env": env})
+                              "source": source, "cache_name": cache_name, "args": args, "env": env,
+                              "trust_remote_code": trust_remote_code})
 
     @classmethod
     def kept(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard], endpoint: str,
@@ -113,7 +117,8 @@ class PlannedReplica(_Model):
         every re-plan of an unchanged fleet makes for each replica."""
         return _trusted(cls, {"id": id, "model": model, "profile": profile, "engine": engine, "shards": shards,
                               "endpoint": endpoint, "spec_hash": spec_hash, "status": "kept", "fabric": fabric,
-                              "source": None, "cache_name": None, "args": None, "env": None})
+                              "source": None, "cache_name": None, "args": None, "env": None,
+                              "trust_remote_code": None})
 
 
 class UnitRef(_Model):

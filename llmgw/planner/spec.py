@@ -33,12 +33,19 @@ def replica_number(replica_id: str, model: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+# Profile keys added after replicas were first recorded: left out of the hash at their default.
+_ADDED_KEYS = ("trust_remote_code",)
+
+
 def spec_hash(model: Model, profile: Profile) -> str:
     """A fingerprint of everything a replica was made from: the source and the whole profile.
 
     A replica whose recorded hash differs from its profile's current one is replaced:
     its engine runs with a definition the catalog no longer holds.
     """
-    doc = {"source": model.source, "profile": profile.model_dump(mode="json")}
+    # A key left at its default is left out, so that adding one to the catalog's schema
+    # (trust_remote_code) replaces no replica that does not set it.
+    exclude = {k for k in _ADDED_KEYS if getattr(profile, k) == Profile.model_fields[k].default}
+    doc = {"source": model.source, "profile": profile.model_dump(mode="json", exclude=exclude)}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -50,6 +50,7 @@ SHARDS = [
     shard(unit="llmgw-tiny-9-0", **{**LLAMA, "replica": "tiny-9"}, port=20009),
     shard(unit="llmgw-tiny-1-0", **LLAMA, nodes=3, leader=LEADER, peers=RPC_PEERS),
     shard(unit="llmgw-tiny-1-1", **LLAMA, rank=1, nodes=3, port=20001, leader=LEADER, peers=RPC_PEERS),
+    shard(unit="llmgw-ds-1-0", replica="ds-1", engine="sglang", port=20030, gpus=[0], trust_remote_code=True),
 ]
 
 
@@ -180,3 +181,10 @@ def test_sglang_reads_its_key_from_a_file_of_options_never_its_command_line(
     assert "EnvironmentFile=-/etc/llmgw/engine-keys/llmgw-tiny-9-0.env" in llama.splitlines()
     for unit in units.values():
         assert SG_KEY not in unit
+
+
+def test_trust_remote_code_comes_from_the_shard_entry_once(rendered: tuple[Path, dict[str, str]]) -> None:
+    tmp_path, units = rendered
+    assert exec_start(units["llmgw-ds-1-0"]).count("--trust-remote-code") == 1
+    assert all("--trust-remote-code" not in exec_start(u) for name, u in units.items() if name != "llmgw-ds-1-0")
+    verify(tmp_path, "llmgw-ds-1-0")

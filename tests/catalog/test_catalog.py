@@ -273,3 +273,69 @@ def test_missing_catalog_folder(tmp_path: Path) -> None:
     code, out = validate(tmp_path)
     assert code == 1
     assert "catalog folder does not exist" in out
+
+
+TRUST = """
+models:
+  - name: m
+    source: hf://org/repo
+    profiles:
+      - name: p
+        engine: {engine}
+        trust_remote_code: {value}
+        args: ["--max-model-len", "4096", "--enforce-eager", "--kv-cache-dtype=fp8", "--temperature", "-1"]
+        env: {{VLLM_ATTENTION_BACKEND: FLASHINFER, NCCL_DEBUG: INFO, OMP_NUM_THREADS: "8",
+               PYTORCH_CUDA_ALLOC_CONF: "expandable_segments:True", TOKENIZERS_PARALLELISM: "false"}}
+"""
+
+
+def test_trust_remote_code_is_a_key_and_tuning_args_and_env_pass(site: MakeSite) -> None:
+    root = site({"catalog/a.yaml": TRUST.format(engine="vllm", value="true")})
+    code, out = validate(root)
+    assert code == 0, out
+    profile = load_catalog(root / "catalog").models["m"].profiles[0]
+    assert profile.trust_remote_code is True and profile.args[-1] == "-1"
+
+
+@pytest.mark.parametrize(("engine", "value", "expected"), [
+    ("llamacpp", "true", "catalog/a.yaml:7: models[0].profiles[0].trust_remote_code: llama.cpp runs no code"),
+    ("vllm", "yes", "catalog/a.yaml:7: models[0].profiles[0].trust_remote_code: Input should be a valid boolean"),
+    ("sglang", '"true"', "catalog/a.yaml:7: models[0].profiles[0].trust_remote_code: Input should be a valid boolean"),
+])
+def test_trust_remote_code_is_a_real_yes_and_not_for_llamacpp(site: MakeSite, engine: str, value: str,
+                                                              expected: str) -> None:
+    text = TRUST.format(engine=engine, value=value)
+    if engine == "llamacpp":  # its own tuning words
+        text = text.replace('"--enforce-eager", "--kv-cache-dtype=fp8", ', "")
+    code, out = validate(site({"catalog/a.yaml": text}))
+    assert code == 1, out
+    assert expected in out, out
+
+
+def test_every_refused_arg_and_env_name_is_reported_at_its_own_line(site: MakeSite) -> None:
+    text = """
+models:
+  - name: m
+    source: hf://org/repo
+    profiles:
+      - name: p
+        engine: vllm
+        args:
+          - --max-model-len
+          - "4096"
+          - --served-model-name
+          - other
+          - --trust_remote_code
+        env:
+          VLLM_LOGGING_LEVEL: INFO
+          LD_PRELOAD: /tmp/x.so
+"""
+    code, out = validate(site({"catalog/a.yaml": text}))
+    assert code == 1, out
+    assert ("catalog/a.yaml:10: models[0].profiles[0].args[2]: '--served-model-name' is refused in args: "
+            "llmgw sets the engine's served name itself (the model's name): remove it") in out
+    assert ("catalog/a.yaml:12: models[0].profiles[0].args[4]: '--trust_remote_code' (read by vllm as "
+            "--trust-remote-code) is refused in args: set `trust_remote_code: true` in the profile") in out
+    assert ("catalog/a.yaml:15: models[0].profiles[0].env.LD_PRELOAD: the key 'LD_PRELOAD' is not allowed here: "
+            "LD_PRELOAD is not an engine tuning variable") in out
+    assert "VLLM_LOGGING_LEVEL" not in out

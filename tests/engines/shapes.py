@@ -49,10 +49,11 @@ CATALOG_ARGS = {
 }
 
 
-def profile_shards(engine: str, gpus: int, nodes: int, args: tuple[str, ...]) -> list[Shard]:
+def profile_shards(engine: str, gpus: int, nodes: int, args: tuple[str, ...],
+                   trust_remote_code: bool = False) -> list[Shard]:
     """Every rank of one catalog profile's replica, as apply would hand them to the role."""
     peers = _peers(nodes) if nodes > 1 else ()
     return [Shard(engine=engine, model="m", model_path=MODEL, port=20000 + rank, gpus=tuple(range(gpus)),
                   args=args, rank=rank, nodes=nodes, leader=LEADER if nodes > 1 else "", peers=peers,
-                  key_config=_key(engine, rank))
+                  key_config=_key(engine, rank), trust_remote_code=trust_remote_code)
             for rank in range(nodes)]

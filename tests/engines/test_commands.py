@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,27 @@ def test_python_requirement_picks_the_cpu_build_of_vllm_without_gpus() -> None:
     assert python_requirement("sglang", True) == f"sglang[all]=={versions.SGLANG}"
     with pytest.raises(ValueError, match="not a Python engine"):
         python_requirement("llamacpp", False)
+
+
+def test_trust_remote_code_comes_from_the_key_once_and_never_for_llamacpp() -> None:
+    for engine in ("vllm", "sglang"):
+        for name, s in shards(engine).items():
+            plain = command(s, LAYOUT)
+            trusted = command(dataclasses.replace(s, trust_remote_code=True), LAYOUT)
+            assert "--trust-remote-code" not in plain, f"{engine} {name}"
+            assert trusted.count("--trust-remote-code") == 1 and len(trusted) == len(plain) + 1, f"{engine} {name}"
+    with pytest.raises(ValueError, match=r"llama\.cpp runs no code from the model"):
+        command(dataclasses.replace(shards("llamacpp")["cpu"], trust_remote_code=True), LAYOUT)
+    entry = {"engine": "vllm", "model": "x", "model_path": "/m", "port": 1}
+    assert Shard.from_entry({**entry, "trust_remote_code": True}).trust_remote_code is True
+    assert Shard.from_entry(entry).trust_remote_code is False
+    with pytest.raises(ValueError, match="true or false"):  # a string Ansible hands over turns nothing on
+        Shard.from_entry({**entry, "trust_remote_code": "false"})
+
+
+def test_vllm_serve_takes_the_weights_as_its_positional_model() -> None:
+    """`serve` prefers its positional model to --model: llmgw fills it, so a catalog word
+    argparse would read as that positional is an extra one vLLM refuses (test_parsers)."""
+    for rank in (0, 1):
+        words = command_lines("vllm")[f"2-nodes-rank-{rank}"]
+        assert words[3:5] == ["serve", MODEL] and after(words, "--model") == MODEL

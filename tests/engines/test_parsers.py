@@ -10,6 +10,7 @@ rpc-server) lists in its `--help`. A renamed or removed flag fails here, not on 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,7 +22,7 @@ import pytest
 from llmgw.catalog import load_catalog
 from llmgw.engines import command, versions
 from llmgw.engines import vllm as vllm_lines
-from tests.engines.shapes import CATALOG_ARGS, LAYOUT, command_lines, profile_shards
+from tests.engines.shapes import CATALOG_ARGS, LAYOUT, command_lines, profile_shards, shards
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -37,12 +38,15 @@ def every_line(engine: str) -> dict[str, list[str]]:
     for args in ((), CATALOG_ARGS[engine]):
         for name, words in command_lines(engine, args).items():
             out[f"{name}{' +args' if args else ''}"] = words
+    if engine != "llamacpp":  # the profile's trust_remote_code key, in every shape
+        for name, s in shards(engine).items():
+            out[f"{name} trust_remote_code"] = command(dataclasses.replace(s, trust_remote_code=True), LAYOUT)
     for site in ("example", "lab"):
         for model in load_catalog(REPO / "inventories" / site / "catalog"):
             for p in model.profiles:
                 if p.engine != engine:
                     continue
-                for s in profile_shards(engine, p.gpus, p.nodes, tuple(p.args)):
+                for s in profile_shards(engine, p.gpus, p.nodes, tuple(p.args), p.trust_remote_code):
                     out[f"{site}:{model.name}/{p.name} rank {s.rank}"] = command(s, LAYOUT)
     return out
 
@@ -79,6 +83,15 @@ def test_the_parsers_refuse_what_they_do_not_know() -> None:
                           ("sglang", ["--model-path", "/m", "--tp-sise", "2"])):
         refused = parse_in_venv(engine, {"bad": words}, [words])
         assert "unrecognized arguments" in refused["bad"], refused
+
+
+def test_vllm_refuses_a_catalog_word_that_would_replace_the_model() -> None:
+    """`serve` takes a positional model over --model; llmgw fills it, so a stray catalog word
+    (after a flag that takes no value) is an extra positional vLLM refuses."""
+    s = shards("vllm", ("--enforce-eager", "/srv/other-model"))["2-nodes-rank-0"]
+    words = vllm_lines.parser_words(command(s, LAYOUT))
+    refused = parse_in_venv("vllm", {"stray": words}, [words])
+    assert "unrecognized arguments: /srv/other-model" in refused["stray"], refused
 
 
 def help_flags(binary: Path) -> set[str]:

@@ -54,7 +54,8 @@ def test_actions_carry_a_code_beside_the_prose() -> None:
 def test_plan_json_is_json_dumps_of_its_dump() -> None:
     # Plan.to_json walks the records itself (keys sorted as it goes): the bytes must be those of
     # json.dumps over pydantic's dump, with env keys out of order, non-ASCII text and nulls.
-    m = model("m2", gpu_profile(gpus=2, env={"ZZ": "1", "AA": "caf\u00e9", "MM": ""}, args=["--x", "y"]), min=3)
+    env = {"VLLM_ZZ": "1", "VLLM_AA": "caf\u00e9", "VLLM_MM": ""}
+    m = model("m2", gpu_profile(gpus=2, env=env, args=["--x", "y"]), min=3)
     plan = make_plan(inputs([m, M], HOSTS, FACTS))
     assert plan.unplaced and plan.desired.replicas
     assert plan.to_json() == json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
@@ -100,7 +101,8 @@ def test_placed_records_are_the_validated_ones() -> None:
     assert list(shard.__dict__) == list(PlannedShard.model_fields)
     rep_kw: dict[str, Any] = dict(id="m-1", model="m", profile="p", engine="vllm", shards=[shard],
                                   endpoint="http://10.0.0.1:20000", spec_hash="0123456789abcdef", fabric="ib0",
-                                  source="hf://o/r/m.gguf", cache_name="m", args=["--x"], env={"A": "1"})
+                                  source="hf://o/r/m.gguf", cache_name="m", args=["--x"], env={"A": "1"},
+                                      trust_remote_code=True)
     rep = PlannedReplica.placed(**rep_kw)
     validated = PlannedReplica(status="new", **rep_kw)
     assert rep == validated

@@ -34,5 +34,6 @@ def test_preflight_passes_a_clean_shard(tmp_path: Path) -> None:
     inv = tmp_path / "hosts.ini"
     inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
     result = run_playbook(HERE / "preflight.yml", inv,
-                          extravars={"shards": [_shard(env={"A": "b c"}, args=["--x", "y z"])]})
+                          extravars={"shards": [_shard(env={"VLLM_LOGGING_LEVEL": "b c"},
+                                                       args=["--max-model-len", "y z"])]})
     assert result.ok, result.host_errors

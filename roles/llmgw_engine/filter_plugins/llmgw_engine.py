@@ -1,10 +1,12 @@
 # -*- coding: utf-8 -*-
-"""Filter llmgw_engine_command: a shard's engine command line, word by word.
+"""Filters llmgw_engine_command (a shard's engine command line, word by word) and
+llmgw_engine_refusals (what preflight refuses in a shard entry).
 
 The command lines are built by llmgw's typed Python (llmgw.engines: one function per
-engine and shape, unit-tested and checked by the engines' own parsers); this filter only
-hands the role's shard entry and host layout over. It runs on the control host, where
-llmgw (which drives this role) is installed.
+engine and shape, unit-tested and checked by the engines' own parsers), and the entry is
+checked by llmgw.engines.entry with the same lists `catalog validate` uses; these filters
+only hand the role's shard entry and host layout over. They run on the control host,
+where llmgw (which drives this role) is installed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from llmgw.engines import Layout, Shard, command
+    from llmgw.engines.entry import check_entry
 except ImportError as e:  # pragma: no cover - a control host without llmgw
     _IMPORT_ERROR: ImportError | None = e
 else:
@@ -33,6 +36,13 @@ def llmgw_engine_command(shard: Dict[str, Any], install_dir: str, llamacpp_dir: 
         raise AnsibleFilterError(f"shard {shard.get('unit', '?')}: {e}") from e
 
 
+def llmgw_engine_refusals(shard: Dict[str, Any]) -> List[str]:
+    """Every problem of a present shard entry (defaults filled in); [] when it is clean."""
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(f"llmgw_engine_refusals needs the llmgw package on the control host: {_IMPORT_ERROR}")
+    return check_entry(shard)
+
+
 class FilterModule:
     def filters(self) -> Dict[str, Any]:
-        return {"llmgw_engine_command": llmgw_engine_command}
+        return {"llmgw_engine_command": llmgw_engine_command, "llmgw_engine_refusals": llmgw_engine_refusals}

@@ -1,0 +1,92 @@
+"""The host's own check of a shard entry (the llmgw_engine role's preflight, through its
+`llmgw_engine_refusals` filter): every value that reaches a unit, a path or a command line.
+
+The entry comes from a plan and a state, files a committer or a compromised control host
+may have edited, so the host checks again what `catalog validate` checked (the args and
+env lists of llmgw.engines.flags, the one source of both) and more: every string of the
+entry, at any depth, is one line of printable text (a newline or a NUL in any of them
+would start a new unit directive), and names, paths and addresses match the shapes llmgw
+makes them in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from llmgw.engines.flags import FLAGS, check_args, check_env_name
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# The shapes llmgw writes each value in (planner/spec.py, catalog/schema.py, apply/executor.py).
+_NAME = r"[a-z0-9][a-z0-9._-]{0,200}"
+PATTERNS: dict[str, re.Pattern[str]] = {
+    "unit": re.compile(r"^llmgw-[A-Za-z0-9][A-Za-z0-9._-]*$"),
+    "replica": re.compile(rf"^{_NAME}$"),
+    "model": re.compile(rf"^{_NAME}$"),
+    "lineage": re.compile(r"^[A-Za-z0-9-]{0,64}$"),
+    # absolute, no `.`/`..` parts (checked below), only characters cache names are made of
+    "model_path": re.compile(r"^(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+$"),
+    "leader": re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$|^$"),
+    "fabric": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$|^$"),
+    "socket_ifname": re.compile(r"^[=^]?[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}(,[A-Za-z0-9][A-Za-z0-9._:@-]{0,63})*$|^$"),
+    "state": re.compile(r"^(present|absent)$"),
+}
+_PEER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}:[0-9]{1,5}$")
+_HCA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+_INTS = ("port", "rank", "nodes")
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(where, text) of every string in the entry, keys included."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _strings(k, f"{path} (a key)")
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def _is_int(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.isdigit())
+
+
+def check_entry(entry: Mapping[str, Any]) -> list[str]:
+    """One message per problem of a present shard entry (defaults filled in); [] when clean."""
+    out = [f"{where} contains the control character {m.group()!r}: every value is one line of printable text"
+           for where, text in _strings(dict(entry), "shard")
+           if (m := _CONTROL.search(text))]
+    for key, pattern in PATTERNS.items():
+        value = entry.get(key, "")
+        if not isinstance(value, str) or not pattern.match(value):
+            out.append(f"{key} {value!r} does not match {pattern.pattern}")
+    path = str(entry.get("model_path", ""))
+    if {".", ".."} & set(path.split("/")):
+        out.append(f"model_path {path!r} has '.' or '..' parts")
+    for key in _INTS:
+        if key in entry and not _is_int(entry[key]):
+            out.append(f"{key} {entry[key]!r} is not a whole number")
+    gpus = entry.get("gpus") or []
+    if not isinstance(gpus, list) or not all(_is_int(g) for g in gpus):
+        out.append(f"gpus {gpus!r} is not a list of GPU indexes")
+    peers = entry.get("peers") or []
+    out += [f"peers entry {p!r} is not address:port" for p in (peers if isinstance(peers, list) else [peers])
+            if not isinstance(p, str) or not _PEER.match(p)]
+    hcas = entry.get("ib_hcas") or []
+    out += [f"ib_hcas entry {h!r} is not an adapter name" for h in (hcas if isinstance(hcas, list) else [hcas])
+            if not isinstance(h, str) or not _HCA.match(h)]
+    if not isinstance(entry.get("trust_remote_code", False), bool):
+        out.append(f"trust_remote_code {entry['trust_remote_code']!r} is not true or false")
+    engine = str(entry.get("engine", ""))
+    args = entry.get("args") or []
+    if engine in FLAGS and isinstance(args, list):
+        out += [f"args[{r.index}]: {r.message}" for r in check_args(engine, [str(a) for a in args])]
+    env = entry.get("env") or {}
+    if isinstance(env, Mapping):
+        out += [f"env: {why}" for why in (check_env_name(str(n)) for n in env) if why]
+    else:
+        out.append("env is not a mapping of names to values")
+    return out
