@@ -45,8 +45,9 @@ def controller_group() -> None:
 @click.option("--interval", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds between looks at the branch.")
 @click.option("--policy", type=click.Choice(["auto", "approve", "auto-all"]), default="auto", show_default=True,
-              help="auto: apply plans that destroy nothing, the rest waits for `llmgw approve`; approve: every "
-                   "plan waits; auto-all: apply everything.")
+              help="auto: apply plans that destroy nothing and start no replica that newly runs the model's "
+                   "own code (trust_remote_code), the rest waits for `llmgw approve`; approve: every plan "
+                   "waits; auto-all: apply everything. A rewind of the branch waits under every policy.")
 @click.option("--grace", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="Seconds drained replicas get to finish their requests.")
 @click.option("--listen", default="127.0.0.1:8095", show_default=True, metavar="ADDR",

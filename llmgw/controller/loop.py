@@ -47,8 +47,9 @@ from llmgw.errors import LlmgwError, PlanError
 from llmgw.planner import Plan, load_plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import summary_line
+from llmgw.planner.trust import widens_trust
 from llmgw.site import Site
-from llmgw.state import LockHeld, PostgresBackend, StateBackend, WriteMeta, backend_for
+from llmgw.state import LockHeld, PostgresBackend, State, StateBackend, WriteMeta, backend_for
 
 log = logging.getLogger("llmgw.controller")
 
@@ -217,9 +218,9 @@ class Controller:
         return (f"rewind: {commit[:12]} does not descend from {applied[:12]}, the commit last applied "
                 "(a force-push or a rollback)")
 
-    def _needs_approval(self, plan: Plan, commit: str) -> str | None:
+    def _needs_approval(self, plan: Plan, state: State, commit: str) -> str | None:
         """Why the plan of `commit` waits for a person, or None when policy applies it unapproved.
-        The one place that decides (a plan that widens trust is to wait here too)."""
+        The one place that decides."""
         rewind = self._rewind(commit)
         if rewind is not None:
             return rewind  # whatever the policy: a force-push must not roll the fleet back unseen
@@ -227,6 +228,10 @@ class Controller:
             return "policy approve: every plan waits"
         if self.policy == "auto" and plan.summary.destroy > 0:
             return "it destroys"
+        trusting = widens_trust(plan, state) if self.policy == "auto" else []
+        if trusting:
+            # Anyone who may commit to the catalog can set trust_remote_code: a person reviews it.
+            return f"it runs the model's own code (trust_remote_code) in {', '.join(trusting)}"
         return None
 
     def _plan(self, commit: str) -> None:
@@ -235,8 +240,9 @@ class Controller:
                 self.runs.update(old.id, status="superseded", log=old.log + f"\nsuperseded by commit {commit[:12]}")
         self.status.last_commit = commit
         try:
-            plan = make_plan(load_inputs(self._planning_site(commit)))
-            why = self._needs_approval(plan, commit) if plan.has_changes else None
+            inputs = load_inputs(self._planning_site(commit))
+            plan = make_plan(inputs)
+            why = self._needs_approval(plan, inputs.state, commit) if plan.has_changes else None
         except GitError:
             self.status.last_commit = None  # the repository, not the commit: look again next tick
             raise

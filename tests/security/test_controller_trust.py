@@ -178,3 +178,32 @@ def test_a_plan_changed_in_the_runs_store_is_refused_at_apply(site: tuple[Path, 
         assert models(ctl) == {"old"}
     finally:
         ctl.backend.close()
+
+
+TRUSTING = """\
+models:
+  - name: trusty
+    source: hf://org/trusty/trusty.gguf
+    scaling: {min: 1}
+    profiles:
+      - name: cpu
+        engine: vllm
+        gpus: 0
+        trust_remote_code: true
+"""
+
+
+def test_a_commit_that_trusts_remote_code_waits_under_policy_auto(site: tuple[Path, Path], tmp_path: Path) -> None:
+    """`trust_remote_code: true` runs the repository's Python on the host: policy `auto` applies
+    what destroys nothing, but not this (before, such a commit was planned and applied at once)."""
+    repo, work = site
+    ctl = start(work, tmp_path / "runtime", "auto")
+    serial = ctl.backend.read().serial
+    trusting = commit(repo, {"catalog/trusty.yaml": TRUSTING}, "add trusty, which runs its own code")
+    ctl.tick()
+    try:
+        newest = ctl.runs.all()[0]
+        assert (newest.commit, newest.status) == (trusting, "waiting"), (newest.status, newest.summary, newest.log)
+        assert ctl.backend.read().serial == serial, "the plan was applied unapproved"
+    finally:
+        ctl.backend.close()
