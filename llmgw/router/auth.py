@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 
 from llmgw.router.openai_errors import RouterError
-from llmgw.router.quotas import GroupQuota
+from llmgw.router.principal import GroupQuota, Principal
 from llmgw.store import GroupRecord, KeyRecord, Store
 from llmgw.store.keys import hash_key
 
@@ -25,16 +24,6 @@ log = logging.getLogger("llmgw.router")
 
 # Exact paths a client may call without a key. Everything else needs one.
 AUTH_EXEMPT_PATHS = frozenset({"/", "/health"})
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """An authenticated caller: its key, its group and the limited groups above it."""
-
-    key_id: str
-    name: str
-    group: str | None
-    quotas: tuple[GroupQuota, ...]
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:

@@ -45,13 +45,13 @@ from typing import Any
 import aiohttp
 
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
-from llmgw.router.auth import Principal
 from llmgw.router.bodies import read_body
 from llmgw.router.calls import Call
 from llmgw.router.engine_keys import EngineKeys
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import HeldStream, OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
+from llmgw.router.principal import Principal
 from llmgw.router.quotas import Budget, Quotas, completion_budget
 from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner

@@ -59,11 +59,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmgw.router.openai_errors import RouterError
+from llmgw.router.principal import Principal
 from llmgw.router.settings import RouterSettings
-from llmgw.store import GroupLimit, Refusal, Store
+from llmgw.store import Refusal, Store
 
 if TYPE_CHECKING:
-    from llmgw.router.auth import Principal
     from llmgw.router.usage import Clock, UsageRecorder
 
 log = logging.getLogger("llmgw.router")
@@ -94,24 +94,6 @@ class Budget:
     @property
     def total(self) -> int:
         return self.tokens * self.sequences
-
-
-class GroupQuota:
-    """A group's limits (None: unlimited at this level)."""
-
-    __slots__ = ("name", "rpm", "tokens_per_day")
-
-    def __init__(self, name: str, rpm: int | None, tokens_per_day: int | None) -> None:
-        self.name = name
-        self.rpm = rpm
-        self.tokens_per_day = tokens_per_day
-
-    @property
-    def limited(self) -> bool:
-        return self.rpm is not None or self.tokens_per_day is not None
-
-    def limit(self) -> GroupLimit:
-        return GroupLimit(self.name, self.rpm, self.tokens_per_day)
 
 
 def prompt_bound(body_bytes: int, settings: RouterSettings) -> int:

@@ -2,7 +2,8 @@
 
 The import graph is read from the source (ast), not by importing: every `import` and
 `from ... import` of an llmgw module, at module level or inside a function (a late
-import does not make a cycle go away), except those under `if TYPE_CHECKING:`.
+import does not make a cycle go away); `if TYPE_CHECKING:` imports are checked on their own
+(a type-only cycle is a type in the wrong module).
 """
 
 from __future__ import annotations
@@ -48,13 +49,14 @@ def _resolve(importer: str, level: int, module: str | None) -> str:
     return ".".join([*base, module] if module else base)
 
 
-def imports_of(name: str) -> set[str]:
-    """The llmgw modules `name` imports (the module itself when `from pkg import submodule`)."""
+def imports_of(name: str, types: bool = False) -> set[str]:
+    """The llmgw modules `name` imports (the module itself when `from pkg import submodule`);
+    with `types`, those under `if TYPE_CHECKING:` too."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _type_checking_only(node):
+        if not types and isinstance(node, ast.If) and _type_checking_only(node):
             for child in node.orelse:
                 visit(child)
             return
@@ -145,6 +147,23 @@ def test_no_import_cycle_in_llmgw() -> None:
     cycles = import_cycles(graph)
     assert not cycles, "import cycles (break each, e.g. by moving what both need into a third module):\n" + \
         "\n".join(" -> ".join(c) for c in cycles)
+
+
+# Type-only cycles not yet broken, each with what breaking it takes. The list only shrinks:
+# the test fails on a new cycle and on an entry that no longer is one.
+KNOWN_TYPE_CYCLES = {
+    ("llmgw.planner.fleet", "llmgw.planner.spreading"):
+        "placement caches its SpreadIndex and Grouping objects on Fleet; they belong to placement",
+}
+
+
+def test_type_only_imports_make_no_new_cycle() -> None:
+    graph = {name: imports_of(name, types=True) for name in MODULES}
+    assert "llmgw.planner.spreading" in graph["llmgw.planner.fleet"]  # TYPE_CHECKING imports are read
+    found = {tuple(sorted(set(c))) for c in import_cycles(graph)}
+    assert found == set(KNOWN_TYPE_CYCLES), (
+        f"new type-only cycles: {sorted(found - set(KNOWN_TYPE_CYCLES))}; "
+        f"broken, so remove from KNOWN_TYPE_CYCLES: {sorted(set(KNOWN_TYPE_CYCLES) - found)}")
 
 
 def test_no_module_is_long_without_saying_why() -> None:
