@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.apply import applier_for
+from llmgw.childenv import child_env
 from llmgw.controller.runs import Run, RunStore, runs_for
 from llmgw.controller.scaler import Scaler
 from llmgw.errors import LlmgwError, PlanError
@@ -55,7 +56,8 @@ class GitError(LlmgwError):
 
 
 def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120, check=False,
+                          env=child_env())
     if done.returncode != 0:
         raise GitError(f"git {' '.join(args[:2])} in {repo} failed: {(done.stderr or done.stdout).strip()[-400:]}")
     return done.stdout.strip()
