@@ -12,9 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from llmgw.inventory import Host
 from llmgw.yamlio import atomic_write
@@ -76,3 +76,23 @@ def forget(known_hosts: Path, names: Iterable[str]) -> list[str]:
     if removed:
         atomic_write(known_hosts, "".join(ln + "\n" for ln in kept))
     return removed
+
+
+_KEY_CHANGED = "REMOTE HOST IDENTIFICATION HAS CHANGED"
+_KEY_UNKNOWN = ("No ED25519 host key is known", "No RSA host key is known", "No ECDSA host key is known",
+                "host key is known for", "Host key verification failed")
+
+
+def host_key_problem(host: str, res: Mapping[str, Any], known_hosts: Path | None) -> tuple[bool, str] | None:
+    """(changed?, the host's error in words) when ssh refused its host key (changed, or never
+    recorded), else None."""
+    text = " ".join(str(res.get(k, "")) for k in ("msg", "stderr", "module_stderr"))
+    where = str(known_hosts) if known_hosts is not None else "ssh's known-hosts files"
+    if _KEY_CHANGED in text:
+        return True, (f"the SSH host key of {host} changed: it is not the one recorded in {where}, so llmgw "
+                      "did not connect (someone may be in the middle). If you checked the new key (`ssh-keyscan` "
+                      f"it and compare with the host's console), accept it with `llmgw facts --accept-new-key {host}`")
+    if any(marker in text for marker in _KEY_UNKNOWN):
+        return False, (f"the SSH host key of {host} is not in {where}: run `llmgw facts` to record it on first "
+                       "contact (or add it to that file yourself)")
+    return None

@@ -16,14 +16,12 @@ trusts extra vars given on its command line, so a catalog value such as
 extra vars itself, to the run's `env/extravars` file, with every string (and mapping key)
 tagged `!unsafe`: Ansible then uses them as text and never renders them.
 
-Host keys are checked, always: a man in the middle would otherwise be handed the HF token
-and the engine keys. Every run uses the known-hosts file of the inventory's site
-(`known_hosts:` in llmgw.yaml, llmgw.site.known_hosts_of) with StrictHostKeyChecking=yes;
-only `llmgw facts` runs with `accept-new`, which records the key of a host never seen
-before (trust on first use) and still refuses one whose key changed. A refused key is the
-host's error, naming the host and how to accept a new key after checking it.
+Host keys are always checked (a man in the middle would be handed the HF token and engine
+keys), against the known-hosts file of the inventory's site (llmgw.known_hosts); only
+`llmgw facts` trusts a first contact. Ansible gets llmgw.childenv's environment, no secrets.
 
-Ansible and everything it starts get llmgw.childenv's environment: none of llmgw's secrets.
+Why long: one job, running a playbook, whose settings, extra-vars encoding and typed results
+must agree with each other; apart, each would re-derive the others.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ from typing import Any, Literal
 from llmgw import ansible_content
 from llmgw.childenv import without_secrets
 from llmgw.errors import RunnerError
-from llmgw.known_hosts import HostKeys, host_key_args
+from llmgw.known_hosts import HostKeys, host_key_args, host_key_problem
 from llmgw.site import known_hosts_of, recorded_site
 
 TaskStatus = Literal["ok", "failed", "unreachable", "skipped"]
@@ -341,26 +339,6 @@ def run_playbook(
                           detail=tail[-8:], hint="the lines above are Ansible's own output")
     return RunResult(status=status, rc=rc, stats=stats, results=results, host_errors=host_errors,
                      output_tail=tail, key_changed=tuple(sorted(key_changed)))
-
-
-_KEY_CHANGED = "REMOTE HOST IDENTIFICATION HAS CHANGED"
-_KEY_UNKNOWN = ("No ED25519 host key is known", "No RSA host key is known", "No ECDSA host key is known",
-                "host key is known for", "Host key verification failed")
-
-
-def host_key_problem(host: str, res: Mapping[str, Any], known_hosts: Path | None) -> tuple[bool, str] | None:
-    """(changed?, the host's error in words) when ssh refused its host key (changed, or never
-    recorded), else None."""
-    text = " ".join(str(res.get(k, "")) for k in ("msg", "stderr", "module_stderr"))
-    where = str(known_hosts) if known_hosts is not None else "ssh's known-hosts files"
-    if _KEY_CHANGED in text:
-        return True, (f"the SSH host key of {host} changed: it is not the one recorded in {where}, so llmgw "
-                      "did not connect (someone may be in the middle). If you checked the new key (`ssh-keyscan` "
-                      f"it and compare with the host's console), accept it with `llmgw facts --accept-new-key {host}`")
-    if any(marker in text for marker in _KEY_UNKNOWN):
-        return False, (f"the SSH host key of {host} is not in {where}: run `llmgw facts` to record it on first "
-                       "contact (or add it to that file yourself)")
-    return None
 
 
 def _stats(data: Mapping[str, Any]) -> dict[str, HostStats]:
