@@ -21,7 +21,7 @@ from llmgw.childenv import child_env
 from llmgw.errors import UsageError
 from llmgw.facts.cache import read_facts, write_facts
 from llmgw.facts.records import HostFacts
-from llmgw.inventory import ansible_bin, load_inventory
+from llmgw.inventory import SAFE_INVENTORY_PLUGINS, ansible_bin, load_inventory
 from llmgw.known_hosts import forget, names_of
 from llmgw.runner import RunEvent, TaskResult, run_playbook
 from llmgw.site import Site
@@ -114,9 +114,11 @@ def keep_stale(previous: HostFacts, reason: str, now: datetime) -> HostFacts:
 
 
 def resolve_limit(site: Site, nodes: list[str], limit: str) -> list[str]:
-    """The nodes an Ansible --limit pattern selects (Ansible itself reads the pattern)."""
+    """The nodes an Ansible --limit pattern selects (Ansible itself reads the pattern), reading the
+    inventory as llmgw.inventory does: data-file plugins only, from `/` (no site ansible.cfg)."""
     proc = subprocess.run([ansible_bin("ansible"), "all", "-i", str(site.inventory), "--list-hosts",
-                           "--limit", limit], capture_output=True, text=True, check=False, env=child_env())
+                           "--limit", limit], capture_output=True, text=True, check=False, cwd="/",
+                          env={"ANSIBLE_INVENTORY_ENABLED": SAFE_INVENTORY_PLUGINS, **child_env()})
     listed = {ln.strip() for ln in proc.stdout.splitlines()[1:] if ln.strip()} if proc.returncode == 0 else set()
     chosen = [n for n in nodes if n in listed]
     if not chosen:
