@@ -28,7 +28,7 @@ from typing import Any
 
 from llmgw.childenv import child_env
 from llmgw.inventory import Host
-from llmgw.known_hosts import host_key_args
+from llmgw.known_hosts import host_key_args, host_key_problem
 
 DEFAULT_ADMIN_LISTEN = "127.0.0.1:8001"  # roles/llmgw_router's llmgw_router_admin_listen
 CONNECT_TIMEOUT_S = 5
@@ -50,6 +50,7 @@ class AdminRoute:
     ssh: tuple[str, ...] | None = None  # argv up to the destination, without -N/-L
     destination: str = ""
     notes: tuple[str, ...] = field(default=())
+    known_hosts: Path | None = None  # the site's, checked strictly (llmgw.known_hosts)
 
     @property
     def direct_url(self) -> str:
@@ -122,7 +123,8 @@ def admin_route(host: Host, *, known_hosts: Path | None = None) -> AdminRoute:
     destination = str(address[1]) if address else host.name
     if destination.startswith("-"):
         raise TunnelError(f"the address {destination!r} starts with '-'")
-    return AdminRoute(host.name, admin_host, admin_port, ssh=tuple(argv), destination=destination)
+    return AdminRoute(host.name, admin_host, admin_port, ssh=tuple(argv), destination=destination,
+                      known_hosts=known_hosts)
 
 
 def _free_port() -> int:
@@ -170,10 +172,9 @@ def opened(route: AdminRoute, *, timeout: float = 10.0, attempts: int = 3) -> It
             err = [ln for ln in (proc.stderr.read() if proc.stderr else "").splitlines()
                    if ln.strip() and not ln.startswith("Warning: Permanently added")]
             last = err[-1] if err else f"ssh exited {proc.returncode}"
-            if any("REMOTE HOST IDENTIFICATION HAS CHANGED" in ln for ln in err):
-                last = (f"the SSH host key of {route.router} changed (it is not the one in the site's known-hosts "
-                        f"file): not connected; after checking the new key, run "
-                        f"`llmgw facts --accept-new-key {route.router}`")
+            refused = host_key_problem(route.router, {"stderr": "\n".join(err)}, route.known_hosts)
+            if refused is not None:
+                last = refused[1]
                 break
             if "forward" not in last.lower() or time.monotonic() >= deadline:
                 break  # a port taken between choosing and binding is worth another try; nothing else

@@ -185,10 +185,12 @@ def test_a_tunnel_to_a_router_checks_its_key_against_the_site(tmp_path: Path, ss
                                                "          llmgw_router_admin_listen: "
                                                f"127.0.0.1:{admin.server_address[1]}\n"))
         sshd.start("b")
-        (root / "known_hosts").write_text(f"[127.0.0.1]:{sshd.port} {sshd.keys['a']}\n")
         routers = load_inventory(inv).routers
         [route] = routes_for([routers["node1"]], root / "known_hosts")
         assert not isinstance(route, tuple), route
+        with pytest.raises(TunnelError, match="SSH host key of node1 is not in"), opened(route, timeout=15):
+            pass  # first contact: a tunnel trusts no key it has not been given
+        (root / "known_hosts").write_text(f"[127.0.0.1]:{sshd.port} {sshd.keys['a']}\n")
         with pytest.raises(TunnelError, match="SSH host key of node1 changed"), opened(route, timeout=15):
             pass
         (root / "known_hosts").write_text(f"[127.0.0.1]:{sshd.port} {sshd.keys['b']}\n")  # the control
