@@ -46,6 +46,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from llmgw.childenv import child_env
 from llmgw.errors import InventoryError
 from llmgw.facts import memo
 from llmgw.yamlio import FileError, check_yaml_file
@@ -245,7 +246,7 @@ def _memo_key(path: Path, files: list[Path]) -> tuple[object, ...] | None:
 
 def _ansible_inventory(path: Path) -> Inventory:
     """The inventory as `ansible-inventory --list` prints it (any format Ansible reads)."""
-    env = dict(os.environ)
+    env = child_env()
     env.setdefault("ANSIBLE_INVENTORY_ENABLED", SAFE_INVENTORY_PLUGINS)
     try:
         proc = subprocess.run([ansible_bin("ansible-inventory"), "-i", str(path.resolve()), "--list"],

@@ -8,7 +8,9 @@ would a GPU fleet, never through podman's own connection.
 A lab belongs to a site folder (`inventories/lab` by default):
 
     <site>/.lab/id_ed25519[.pub]   the lab's SSH key (made on first `up`, kept by `down`)
-    <site>/.lab/known_hosts        the hosts' SSH keys, collected through podman at boot
+    <site>/.lab/known_hosts        the hosts' SSH keys, collected through podman at boot: the
+                                   site's known-hosts file (`known_hosts:` in the lab's llmgw.yaml),
+                                   so every Ansible run and tunnel checks the lab's keys strictly
     <site>/.lab/name               the lab's name, so `down` and `status` find it again
     <site>/.lab/engine/llama-server  a link to $LLMGW_CACHE/engine/llama-server (and its caps)
     <site>/<inventory>             the inventory, rewritten by every `up`
@@ -46,6 +48,7 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from llmgw.childenv import child_env
 from llmgw.errors import LabError
 from llmgw.inventory import DEFAULT_CACHE_DIR
 from llmgw.site import Site
@@ -148,7 +151,7 @@ class Podman:
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
         try:
             proc = subprocess.run([self.binary, *args], input=input, capture_output=True, text=True,
-                                  check=False, timeout=timeout)
+                                  check=False, timeout=timeout, env=child_env())
         except subprocess.TimeoutExpired:
             raise LabError(f"podman {args[0]} did not finish in {timeout:.0f}s",
                            detail=[" ".join(args)], hint="check `podman ps -a` and the host's load") from None
@@ -192,7 +195,9 @@ class Lab:
 
     @property
     def known_hosts(self) -> Path:
-        return self.dir / "known_hosts"
+        """The site's known-hosts file (llmgw.runner checks every host against it): the lab pins
+        its hosts' keys there, read through podman, so no first contact is ever trusted."""
+        return self.site.known_hosts
 
     @property
     def inventory(self) -> Path:
@@ -312,7 +317,7 @@ class Lab:
         self.key.unlink(missing_ok=True)
         self.key.with_suffix(".pub").unlink(missing_ok=True)
         proc = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"llmgw lab {self.name}",
-                               "-f", str(self.key)], capture_output=True, text=True, check=False)
+                               "-f", str(self.key)], capture_output=True, text=True, check=False, env=child_env())
         if proc.returncode != 0:
             raise LabError("ssh-keygen could not make the lab's key", detail=proc.stderr.splitlines()[-3:])
 

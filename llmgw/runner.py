@@ -16,10 +16,12 @@ trusts extra vars given on its command line, so a catalog value such as
 extra vars itself, to the run's `env/extravars` file, with every string (and mapping key)
 tagged `!unsafe`: Ansible then uses them as text and never renders them.
 
-Host keys: Ansible's host key checking is off unless the environment sets
-ANSIBLE_HOST_KEY_CHECKING, because llmgw's own fleets (the lab) are recreated with new
-keys; a lab inventory sets its own `ansible_ssh_common_args` (known-hosts file), and an
-operator who wants strict checking exports ANSIBLE_HOST_KEY_CHECKING=True.
+Host keys are always checked (a man in the middle would be handed the HF token and engine
+keys), against the known-hosts file of the inventory's site (llmgw.known_hosts); only
+`llmgw facts` trusts a first contact. Ansible gets llmgw.childenv's environment, no secrets.
+
+Why long: one job, running a playbook, whose settings, extra-vars encoding and typed results
+must agree with each other; apart, each would re-derive the others.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -36,8 +39,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llmgw import ansible_content
+from llmgw.childenv import without_secrets
 from llmgw.errors import RunnerError
-from llmgw.site import recorded_site
+from llmgw.known_hosts import HostKeys, host_key_args, host_key_problem
+from llmgw.site import known_hosts_of, recorded_site
 
 TaskStatus = Literal["ok", "failed", "unreachable", "skipped"]
 EventKind = Literal["play_start", "task_start", "host_start", "host_ok", "host_failed", "host_unreachable",
@@ -116,6 +121,7 @@ class RunResult:
     results: dict[str, dict[str, TaskResult]]  # host -> task name -> its result (captured tasks)
     host_errors: dict[str, str]  # host -> the first reason it failed or was unreachable
     output_tail: list[str] = field(default_factory=list, repr=False)
+    key_changed: tuple[str, ...] = ()  # hosts refused because their SSH host key changed
 
     @property
     def ok(self) -> bool:
@@ -174,10 +180,11 @@ def default_forks() -> int:
     return max(20, min(100, 8 * (os.cpu_count() or 1)))
 
 
-def ansible_env(forks: int) -> dict[str, str]:
+def ansible_env(forks: int, known_hosts: Path | None = None, host_keys: HostKeys = "strict") -> dict[str, str]:
     """The Ansible settings llmgw runs with (exported so `ansible` by hand can match)."""
+    ssh_args = os.environ.get("ANSIBLE_SSH_ARGS", SSH_ARGS)
     env = {
-        "ANSIBLE_SSH_ARGS": os.environ.get("ANSIBLE_SSH_ARGS", SSH_ARGS),
+        "ANSIBLE_SSH_ARGS": shlex.join(host_key_args(known_hosts, host_keys)) + " " + ssh_args,
         "ANSIBLE_COLLECTIONS_PATH": _search_path(ansible_content.collections_path(), "ANSIBLE_COLLECTIONS_PATH"),
         "ANSIBLE_ROLES_PATH": _search_path(ansible_content.roles_path(), "ANSIBLE_ROLES_PATH"),
         "ANSIBLE_PIPELINING": "True",
@@ -185,7 +192,8 @@ def ansible_env(forks: int) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_NOCOLOR": "True",
-        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "False"),
+        # True whatever the environment says: with False, Ansible adds StrictHostKeyChecking=no.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PYTHON_INTERPRETER": os.environ.get("ANSIBLE_PYTHON_INTERPRETER", "auto_silent"),
     }
     return env
@@ -240,14 +248,16 @@ def run_playbook(
     on_event: Callable[[RunEvent], None] | None = None,
     check: bool = False,
     timeout: int | None = None,
+    host_keys: HostKeys = "strict",
 ) -> RunResult:
     """Run `playbook` against `inventory` and return per-host stats and captured results.
 
     `capture` names the tasks whose per-host results to keep, by task name or by module
     (e.g. "llmgw.cluster.node_facts"); a skipped result never replaces a kept one.
-    `on_event` sees every event as it happens, in the calling thread.
+    `on_event` sees every event as it happens, in the calling thread. `host_keys` says
+    whether a host missing from the site's known-hosts file is refused or recorded.
     """
-    import ansible_runner  # the one place it is imported; imported late because it is slow
+    import ansible_runner.interface  # the one place it is imported; imported late because it is slow
 
     if not playbook.is_file():
         raise RunnerError(f"no playbook at {playbook}")
@@ -257,10 +267,12 @@ def run_playbook(
     if recorded is not None:  # the last guard: each command that contacts hosts refuses earlier
         raise RunnerError(f"{recorded}: a recorded site (recorded: true); llmgw does not contact its hosts",
                           hint="copy the site, point its inventory at your hosts and remove `recorded: true`")
+    known_hosts = known_hosts_of(inventory)
     wanted = set(capture)
     results: dict[str, dict[str, TaskResult]] = {}
     host_errors: dict[str, str] = {}
     stats: dict[str, HostStats] = {}
+    key_changed: set[str] = set()
 
     def handle(raw: dict[str, Any]) -> bool:
         kind = _KINDS.get(str(raw.get("event", "")), "other")
@@ -274,7 +286,11 @@ def run_playbook(
         elif kind in _STATUS and event.host:
             status = _STATUS[kind]
             if status in ("failed", "unreachable") and not event.ignore_errors:
-                host_errors.setdefault(event.host, f"{status}: {event.message or event.task or 'no message'}")
+                key = host_key_problem(event.host, res, known_hosts)
+                if key is not None and key[0]:
+                    key_changed.add(event.host)
+                why = (key[1] if key else "") or event.message or event.task or "no message"
+                host_errors.setdefault(event.host, f"{status}: {why}")
             if event.task in wanted or event.action in wanted:
                 name = event.task or event.action or ""
                 per_host = results.setdefault(event.host, {})
@@ -285,16 +301,18 @@ def run_playbook(
             on_event(event)
         return False  # nothing to keep on disk: everything needed is taken here
 
-    env = ansible_env(forks)
+    env = ansible_env(forks, known_hosts, host_keys)
     # ansible-runner starts `ansible-playbook` from PATH: the one beside this Python first.
     env["PATH"] = f"{Path(_ansible_playbook()).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    if known_hosts is not None and host_keys == "accept-new":
+        known_hosts.parent.mkdir(parents=True, exist_ok=True)  # ssh records keys only in an existing folder
     workdir = Path(tempfile.mkdtemp(prefix="llmgw-run-"))
     try:
         # ansible-runner passes an `env/extravars` file as `-e @file`; given a dict it would
         # pass JSON on the command line, which Ansible trusts as templates (see above).
         (workdir / "env").mkdir(mode=0o700)
         (workdir / "env" / "extravars").write_text(unsafe_yaml(dict(extravars or {})) + "\n", encoding="utf-8")
-        runner = ansible_runner.run(
+        runner = ansible_runner.interface.init_runner(
             private_data_dir=str(workdir),
             playbook=str(playbook.resolve()),
             inventory=str(inventory.resolve()),
@@ -307,6 +325,10 @@ def run_playbook(
             event_handler=handle,
             settings={"suppress_ansible_output": True},
         )
+        # ansible-runner seeds the child's environment with all of this process's, and writes
+        # it into the run's artifacts: only llmgw.childenv's share goes either way.
+        runner.config.env = without_secrets(runner.config.env)
+        runner.run()
         tail = _output_tail(runner)
         rc = int(runner.rc if runner.rc is not None else -1)
         status = str(runner.status)
@@ -316,7 +338,7 @@ def run_playbook(
         raise RunnerError(f"Ansible could not run {playbook.name} (exit {rc}, {status})",
                           detail=tail[-8:], hint="the lines above are Ansible's own output")
     return RunResult(status=status, rc=rc, stats=stats, results=results, host_errors=host_errors,
-                     output_tail=tail)
+                     output_tail=tail, key_changed=tuple(sorted(key_changed)))
 
 
 def _stats(data: Mapping[str, Any]) -> dict[str, HostStats]:

@@ -56,6 +56,10 @@ class SiteConfig(BaseModel):
     # names hosts that are not the operator's, so every verb that would contact hosts
     # refuses. Plan, explain and the views work on it as on any site.
     recorded: bool = False
+    # The hosts' SSH keys: `llmgw facts` records a host's key on first contact (trust on first
+    # use), and every Ansible run and tunnel checks against this file strictly. Commit it (or
+    # pin the keys in it yourself); the lab writes its own.
+    known_hosts: str = "known_hosts"
 
     @field_validator("prometheus")
     @classmethod
@@ -70,6 +74,14 @@ class SiteConfig(BaseModel):
                              "credentials, query or fragment")
         return v.rstrip("/")
 
+    @field_validator("known_hosts")
+    @classmethod
+    def _known_hosts_path(cls, v: str) -> str:
+        problem = known_hosts_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @field_validator("mirror")
     @classmethod
     def _mirror_url(cls, v: str | None) -> str | None:
@@ -80,6 +92,15 @@ class SiteConfig(BaseModel):
                 or parts.query or parts.fragment or any(ord(c) < 0x21 or c == "\x7f" for c in v):
             raise ValueError(f"{v!r} is not a mirror URL; use http(s)://HOST[:PORT][/PATH], without credentials")
         return v.rstrip("/")
+
+
+def known_hosts_problem(path: str) -> str | None:
+    """Why ssh cannot be given `path` as its known-hosts file, or None. ssh splits the value
+    of UserKnownHostsFile at whitespace and expands `%` and `~` in it."""
+    if not path or any(c.isspace() or c in '%"\'' or ord(c) < 0x20 or c == "\x7f" for c in path):
+        return (f"{path!r} cannot be ssh's known-hosts file: use a path without spaces, quotes, '%' or "
+                "control characters")
+    return None
 
 
 class Site:
@@ -158,22 +179,51 @@ class Site:
         return self._facts if self._facts is not None and not own.exists() else own
 
     @property
+    def known_hosts(self) -> Path:
+        return self.path(self.config.known_hosts)
+
+    @property
     def store_url(self) -> str:
         if self.config.store:
             return self.config.store
         return f"sqlite:///{self.state_file.parent / 'llmgw-store.sqlite'}"
 
 
-def recorded_site(inventory: Path) -> Path | None:
-    """The llmgw.yaml of a recorded site that `inventory` belongs to (its folder or the one
-    above), or None. llmgw.runner checks every Ansible run with it, whatever started it."""
+def _site_of(inventory: Path) -> tuple[Path, object] | None:
+    """The llmgw.yaml that `inventory` belongs to (its folder or one of the two above) and its
+    data (None when it cannot be read: Site.load reports that where it is loaded), or None."""
     start = inventory.resolve()
     for folder in [start if start.is_dir() else start.parent, *list(start.parents)[:2]]:
         path = folder / SITE_FILE
         if path.is_file():
             try:
-                data = load_yaml(path)
+                return path, load_yaml(path)
             except LlmgwError:
-                return None  # not readable as a site: Site.load reports it where it is loaded
-            return path if isinstance(data, dict) and data.get("recorded") is True else None
+                return path, None
     return None
+
+
+def recorded_site(inventory: Path) -> Path | None:
+    """The llmgw.yaml of a recorded site that `inventory` belongs to, or None.
+    llmgw.runner checks every Ansible run with it, whatever started it."""
+    found = _site_of(inventory)
+    if found is None:
+        return None
+    path, data = found
+    return path if isinstance(data, dict) and data.get("recorded") is True else None
+
+
+def known_hosts_of(inventory: Path) -> Path | None:
+    """The known-hosts file of the site `inventory` belongs to (`known_hosts:` in its
+    llmgw.yaml, default `known_hosts` beside it), or None outside a site."""
+    found = _site_of(inventory)
+    if found is None:
+        return None
+    path, data = found
+    rel = data.get("known_hosts") if isinstance(data, dict) else None
+    found_path = (path.parent / (rel if isinstance(rel, str) and rel else "known_hosts")).resolve()
+    problem = known_hosts_problem(str(found_path))
+    if problem:
+        raise SiteError(f"{path}: known_hosts: {problem}",
+                        hint="set `known_hosts:` in llmgw.yaml to such a path (the site folder's own path counts)")
+    return found_path

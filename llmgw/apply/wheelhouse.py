@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from llmgw.childenv import child_env
 from llmgw.errors import RunnerError
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def _source_hash(project: Path) -> str:
 
 def _pip(*args: str, cwd: Path | None = None) -> None:
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, check=False, env=child_env())
     if done.returncode != 0:
         tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()][-6:]
         raise RunnerError("could not build the router's wheelhouse (pip " + " ".join(args[:2]) + ")",

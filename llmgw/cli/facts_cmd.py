@@ -134,13 +134,19 @@ class _ProgressView:
               help="Hosts Ansible talks to at once.")
 @click.option("--install-nvml", is_flag=True,
               help="pip-install nvidia-ml-py on hosts that have the NVIDIA driver but not the library.")
+@click.option("--accept-new-key", "accept_new_keys", multiple=True, metavar="HOST",
+              help="HOST's SSH host key changed and you checked the new one: forget the old key in the "
+                   "site's known-hosts file and record the new one (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON instead of a summary.")
 @pass_app
-def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: bool, as_json: bool) -> None:
+def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: bool,
+                  accept_new_keys: tuple[str, ...], as_json: bool) -> None:
     """Gather what every node has (GPUs, memory, disks, weights, fabrics) into the facts cache.
 
     A host that cannot be reached keeps its last facts, marked stale. Exits 1 only
-    when no host at all could be gathered.
+    when no host at all could be gathered. A host met for the first time has its SSH
+    host key recorded in the site's known-hosts file (`known_hosts:` in llmgw.yaml), which
+    every later run checks strictly: commit that file. A host whose key changed is refused.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -150,11 +156,16 @@ def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=output.err_console, transient=True) as progress:
         report = gather(site, limit=limit, forks=forks, install_nvml=install_nvml,
-                        on_progress=_ProgressView(progress))
+                        accept_new_keys=accept_new_keys, on_progress=_ProgressView(progress))
     if as_json:
         output.print_json(report_json(report))
     else:
         print_summary(report)
+    if report.key_changed:
+        raise FactsError(f"the SSH host key of {', '.join(report.key_changed)} changed; llmgw did not connect",
+                         detail=[f"known hosts: {site.known_hosts}"],
+                         hint="check the new key on the host itself, then run `llmgw facts --accept-new-key "
+                              f"{report.key_changed[0]}`")
     if not report.gathered and (report.stale or report.failed):
         raise FactsError(f"no host could be gathered ({len(report.stale)} stale, {len(report.failed)} failed)",
                          hint="check that the hosts are up and reachable over SSH: "

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
@@ -29,30 +30,34 @@ from llmgw.errors import UsageError
 from llmgw.site import SITE_FILE
 from llmgw.store import UNSET, GroupRecord, KeyRecord, Store, Unset, default_store_url, open_store
 from llmgw.store.keys import is_key, new_key
+from llmgw.store.urls import password_problem, with_password
 
 if TYPE_CHECKING:
     from llmgw.store.where import KeyStoreTarget
 
 
 def resolve_store_url(app: Any, url: str | None) -> str:
-    """--store, else the site's store, else (no llmgw.yaml here) the embedded default.
+    """--store, else the site's store, else (no llmgw.yaml here) the embedded default; with the
+    password of --store-password-file, if given.
 
     A site whose llmgw.yaml is broken is an error, never a silent switch to another store.
     """
     if url:
-        return url
+        return with_store_password(url)
     if not (Path(app.directory) / SITE_FILE).is_file():
         return default_store_url()
-    return str(app.site.store_url)
+    return with_store_password(str(app.site.store_url))
 
 
 def target(app: AppContext, url: str | None) -> KeyStoreTarget:
     from llmgw.store.where import key_store_target
 
     if url:  # checked first: on a router host the command runs where the site file is not readable
-        return key_store_target(Path(app.directory), None, url)
-    here = Path(app.directory)
-    return key_store_target(here, app.site if (here / SITE_FILE).is_file() else None, url)
+        where = key_store_target(Path(app.directory), None, url)
+    else:
+        here = Path(app.directory)
+        where = key_store_target(here, app.site if (here / SITE_FILE).is_file() else None, url)
+    return replace(where, url=with_store_password(where.url)) if where.url else where
 
 
 def act(app: AppContext, url: str | None, argv: list[str], here: Callable[[Store], dict[str, Any]],
@@ -88,10 +93,58 @@ def said_where(where: KeyStoreTarget, as_json: bool, data: dict[str, Any]) -> No
         output.err_console.print(f"[dim]Note: {n}[/]", markup=True, soft_wrap=True, highlight=False)
 
 
-store_option = click.option(
-    "--store", "store_url", metavar="URL", envvar="LLMGW_STORE",
-    help="Key store: sqlite:///PATH or postgresql://USER:PASS@HOST/DB "
-         "(default: the site's store, else ~/.local/share/llmgw/store.sqlite).")
+# --store-password-file's password, for the command being run (click's context meta).
+_PASSWORD_META = "llmgw.store_password"
+
+
+def _read_password_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is None:
+        return
+    try:
+        password = value.read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {value}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not password or any(c in password for c in "\r\n\x00"):
+        raise click.BadParameter(f"{value} must hold the password on one line")
+    ctx.meta[_PASSWORD_META] = password
+
+
+def _refuse_password_in_argv(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A password in --store's URL is on the command line, which every local user reads (`ps`,
+    /proc/PID/cmdline): refused there. $LLMGW_STORE may carry one (an environment is private)."""
+    if value is None or ctx.get_parameter_source(param.name or "") != ParameterSource.COMMANDLINE:
+        return value
+    problem = password_problem(value)
+    if problem is not None:
+        raise click.BadParameter(f"the store URL is refused: {problem}, and a command line is readable by every "
+                                 "local user; remove the password and give it with --store-password-file FILE "
+                                 "(or $LLMGW_STORE_PASSWORD_FILE), or in ~/.pgpass ($PGPASSFILE)")
+    return value
+
+
+def with_store_password(url: str) -> str:
+    """`url` with --store-password-file's password when it names PostgreSQL without one."""
+    ctx = click.get_current_context(silent=True)
+    password = ctx.meta.get(_PASSWORD_META) if ctx is not None else None
+    if password and url.startswith(("postgresql://", "postgres://")) and password_problem(url) is None:
+        try:
+            return with_password(url, password)
+        except ValueError as exc:
+            raise UsageError(f"--store-password-file: {exc}") from None
+    return url
+
+
+def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--store URL and --store-password-file FILE (read first: eager)."""
+    fn = click.option(
+        "--store", "store_url", metavar="URL", envvar="LLMGW_STORE", callback=_refuse_password_in_argv,
+        help="Key store: sqlite:///PATH or postgresql://USER@HOST/DB, without a password: give that with "
+             "--store-password-file or ~/.pgpass (default: the site's store, else "
+             "~/.local/share/llmgw/store.sqlite).")(fn)
+    return click.option(
+        "--store-password-file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+        envvar="LLMGW_STORE_PASSWORD_FILE", is_eager=True, expose_value=False, callback=_read_password_file,
+        help="A file holding the PostgreSQL store's password (one line).")(fn)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 

@@ -59,7 +59,7 @@ def get_runtime(data: SiteData, routers: Sequence[str], no_router: bool) -> Runt
         return fetch_runtime(urls)
     hosts = data.inventory.routers
     if hosts and not data.site.config.recorded:  # a recorded site's hosts are not the operator's
-        targets: list[Target] = list(routes_for([hosts[n] for n in sorted(hosts)]))
+        targets: list[Target] = list(routes_for([hosts[n] for n in sorted(hosts)], data.site.known_hosts))
         return fetch_runtime(targets)
     return fetch_runtime([DEFAULT_ADMIN])
 

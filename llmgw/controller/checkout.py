@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from llmgw.apply.engine_keys import SECRET_FILE
+from llmgw.childenv import child_env
 from llmgw.errors import LlmgwError
 
 RUNTIME_ENV = "LLMGW_CONTROLLER_RUNTIME_DIR"  # the CLI's --runtime-dir
@@ -47,7 +48,7 @@ class CommitRefused(LlmgwError):
 
 def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120, check=False,
-                          env={**os.environ, **env} if env else None)
+                          env={**child_env(), **(env or {})})  # git and its hooks get no secrets
     if done.returncode != 0:
         raise GitError(f"git {' '.join(args[:2])} in {repo} failed: {(done.stderr or done.stdout).strip()[-400:]}")
     return done.stdout

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from llmgw.apply import applier_for
 from llmgw.apply.engine_keys import EngineKeyring
+from llmgw.childenv import child_env
 from llmgw.controller.checkout import GitError, full_commit, git, materialize, overwrites, prepare_runtime, prune, vet
 from llmgw.controller.runs import Run, RunSeal, RunStore, runs_for
 from llmgw.controller.scaler import Scaler
@@ -210,7 +211,7 @@ class Controller:
         """Why `commit` is not a fast-forward of the commit last applied, or None when it is."""
         applied = self._applied()
         done = subprocess.run(["git", "-C", str(self.site_dir), "merge-base", "--is-ancestor", applied, commit],
-                              capture_output=True, text=True, timeout=120, check=False)
+                              capture_output=True, text=True, timeout=120, check=False, env=child_env())
         if done.returncode == 0:
             return None
         if done.returncode != 1:

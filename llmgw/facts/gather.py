@@ -9,7 +9,7 @@ before is simply reported failed. Host vars stay in the inventory, not in the fa
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -17,10 +17,12 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from llmgw import ansible_content
+from llmgw.childenv import child_env
 from llmgw.errors import UsageError
 from llmgw.facts.cache import read_facts, write_facts
 from llmgw.facts.records import HostFacts
-from llmgw.inventory import ansible_bin, load_inventory
+from llmgw.inventory import SAFE_INVENTORY_PLUGINS, ansible_bin, load_inventory
+from llmgw.known_hosts import forget, names_of
 from llmgw.runner import RunEvent, TaskResult, run_playbook
 from llmgw.site import Site
 
@@ -47,6 +49,7 @@ class HostOutcome:
 @dataclass(frozen=True)
 class GatherReport:
     hosts: dict[str, HostOutcome] = field(default_factory=dict)
+    key_changed: tuple[str, ...] = ()  # hosts refused because their SSH host key changed
 
     def of(self, outcome: Outcome) -> list[HostOutcome]:
         return [h for _, h in sorted(self.hosts.items()) if h.outcome == outcome]
@@ -111,9 +114,11 @@ def keep_stale(previous: HostFacts, reason: str, now: datetime) -> HostFacts:
 
 
 def resolve_limit(site: Site, nodes: list[str], limit: str) -> list[str]:
-    """The nodes an Ansible --limit pattern selects (Ansible itself reads the pattern)."""
+    """The nodes an Ansible --limit pattern selects (Ansible itself reads the pattern), reading the
+    inventory as llmgw.inventory does: data-file plugins only, from `/` (no site ansible.cfg)."""
     proc = subprocess.run([ansible_bin("ansible"), "all", "-i", str(site.inventory), "--list-hosts",
-                           "--limit", limit], capture_output=True, text=True, check=False)
+                           "--limit", limit], capture_output=True, text=True, check=False, cwd="/",
+                          env={"ANSIBLE_INVENTORY_ENABLED": SAFE_INVENTORY_PLUGINS, **child_env()})
     listed = {ln.strip() for ln in proc.stdout.splitlines()[1:] if ln.strip()} if proc.returncode == 0 else set()
     chosen = [n for n in nodes if n in listed]
     if not chosen:
@@ -140,14 +145,25 @@ def _summary(results: Mapping[str, TaskResult]) -> str:
 
 
 def gather(site: Site, *, limit: str | None = None, forks: int = 20, install_nvml: bool = False,
+           accept_new_keys: Sequence[str] = (),
            on_progress: Callable[[GatherEvent], None] | None = None,
            now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> GatherReport:
-    """Gather facts from the site's nodes (or those `limit` selects) into its facts cache."""
+    """Gather facts from the site's nodes (or those `limit` selects) into its facts cache.
+
+    A host's SSH key is recorded in the site's known-hosts file on first contact; a key that
+    changed is refused (the host's reason says so) unless the host is in `accept_new_keys`,
+    whose old entries are removed first so that this gathering records the new key."""
     inventory = load_inventory(site.inventory)
     nodes = sorted(inventory.nodes)
     if not nodes:
         raise UsageError(f"the inventory {site.inventory} has no nodes",
                          hint="add hosts to group llmgw_nodes (or to any group besides llmgw_routers)")
+    unknown = [h for h in accept_new_keys if h not in inventory.hosts]
+    if unknown:
+        raise UsageError(f"--accept-new-key {unknown[0]}: no such host in the inventory {site.inventory}",
+                         hint="name a host as the inventory does (see `llmgw nodes`)")
+    for name in accept_new_keys:
+        forget(site.known_hosts, names_of(inventory.hosts[name]))
     targets = resolve_limit(site, nodes, limit) if limit else nodes
     progress = on_progress or (lambda _e: None)
     progress(GatherEvent("start", total=len(targets)))
@@ -176,8 +192,9 @@ def gather(site: Site, *, limit: str | None = None, forks: int = 20, install_nvm
                                      message=reason or f"{len(text or '')} bytes of ibnetdiscover output"))
 
     run = run_playbook(ansible_content.playbook(PLAYBOOK), site.inventory, forks=forks, capture=CAPTURED,
-                       extravars={"llmgw_facts_targets": ",".join(targets), "llmgw_install_nvml": install_nvml},
-                       on_event=on_event)
+                       extravars={"llmgw_facts_targets": ",".join(targets), "llmgw_install_nvml": install_nvml,
+                                  "llmgw_facts_meet_routers": not limit},
+                       on_event=on_event, host_keys="accept-new")
     previous = read_facts(site.facts_dir)
     stamp = now()
     report: dict[str, HostOutcome] = {}
@@ -204,4 +221,4 @@ def gather(site: Site, *, limit: str | None = None, forks: int = 20, install_nvm
             report[host] = HostOutcome(host, "stale", reason=reason, facts=kept)
         else:
             report[host] = HostOutcome(host, "failed", reason=reason)
-    return GatherReport(hosts=report)
+    return GatherReport(hosts=report, key_changed=tuple(h for h in run.key_changed if h in report))

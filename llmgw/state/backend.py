@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Self
 
+from llmgw.childenv import child_env
 from llmgw.errors import StateError
 from llmgw.state.model import State
 
@@ -47,7 +48,7 @@ def git_commit(folder: Path) -> str | None:
     """The commit the site folder is checked out at (`-dirty` with local changes), if it is a repository."""
     try:
         done = subprocess.run(["git", "-C", str(folder), "describe", "--always", "--dirty", "--abbrev=40"],
-                              capture_output=True, text=True, timeout=10, check=False)
+                              capture_output=True, text=True, timeout=10, check=False, env=child_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     out = done.stdout.strip()

@@ -40,6 +40,32 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def password_problem(url: str) -> str | None:
+    """How `url` carries a password (`user:password@`, `?password=`), or None when it does not."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # does not parse: judge the user info by its text
+        userinfo = url.partition("://")[2].partition("/")[0].rpartition("@")[0]
+        return "it carries a password (USER:PASSWORD@)" if ":" in userinfo else None
+    if parts.password is not None:
+        return "it carries a password (USER:PASSWORD@)"
+    if any(k.lower() in SECRET_PARAMS for k, _ in parse_qsl(parts.query, keep_blank_values=True)):
+        return "it carries a password (?password=)"
+    return None
+
+
+def with_password(url: str, password: str) -> str:
+    """`url` (PostgreSQL, without a password) with `password` in its user info, percent-encoded.
+    The result lives in memory only: it is never printed (redact_url) nor put on a command line."""
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
+        raise ValueError("a password needs a user name in the URL (postgresql://USER@HOST/DB)")
+    user = userinfo.partition(":")[0]
+    return urlunsplit((parts.scheme, f"{user}:{quote(password, safe='')}@{hostport}", parts.path, parts.query,
+                       parts.fragment))
+
+
 def url_scheme(url: str) -> str:
     """Only the scheme of a URL (what an error about an unknown scheme may show)."""
     scheme, sep, _ = url.partition(":")

@@ -248,6 +248,6 @@ def download_feed(site: Site, plan: Plan, *, say: Callable[[str], None] | None =
         if site.config.recorded or not site.inventory.exists():
             return []
         routers = load_inventory(site.inventory).routers
-        return routes_for([routers[n] for n in sorted(routers)])
+        return routes_for([routers[n] for n in sorted(routers)], site.known_hosts)
 
     return DownloadFeed(routes, lambda host, name: sorted(wanted.get((host, name), [])), say=say, token=token)

@@ -3,8 +3,8 @@
 The admin listener stays on loopback of the router host (`llmgw_router_admin_listen`,
 default 127.0.0.1:8001). The views reach it the way Ansible reaches that host: the same
 `ssh`, user, port, key, `ansible_ssh_common_args`/`ansible_ssh_extra_args` (where
-ProxyJump/ProxyCommand live) and the same host key checking choice as llmgw.runner
-(off unless ANSIBLE_HOST_KEY_CHECKING says otherwise). The tunnel is
+ProxyJump/ProxyCommand live) and the same host key checking as llmgw.runner: strict,
+against the site's known-hosts file, whatever the environment says. The tunnel is
 `ssh -N -L 127.0.0.1:LOCAL:ADMIN` with ExitOnForwardFailure, kept open only while one
 request runs, then closed: nothing listens on the bastion longer than a view takes.
 
@@ -23,9 +23,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from llmgw.childenv import child_env
 from llmgw.inventory import Host
+from llmgw.known_hosts import host_key_args, host_key_problem
 
 DEFAULT_ADMIN_LISTEN = "127.0.0.1:8001"  # roles/llmgw_router's llmgw_router_admin_listen
 CONNECT_TIMEOUT_S = 5
@@ -47,6 +50,7 @@ class AdminRoute:
     ssh: tuple[str, ...] | None = None  # argv up to the destination, without -N/-L
     destination: str = ""
     notes: tuple[str, ...] = field(default=())
+    known_hosts: Path | None = None  # the site's, checked strictly (llmgw.known_hosts)
 
     @property
     def direct_url(self) -> str:
@@ -76,8 +80,9 @@ def split_admin_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def admin_route(host: Host, *, host_key_checking: bool | None = None) -> AdminRoute:
-    """The route to `host`'s admin listener from its inventory vars, as Ansible would connect."""
+def admin_route(host: Host, *, known_hosts: Path | None = None) -> AdminRoute:
+    """The route to `host`'s admin listener from its inventory vars, as Ansible would connect,
+    checking its host key against `known_hosts` (the site's; None: ssh's own files)."""
     hv = host.vars
     listen = _var(hv, "llmgw_router_admin_listen")
     admin_host, admin_port = split_admin_listen(str(listen[1]) if listen else DEFAULT_ADMIN_LISTEN)
@@ -93,10 +98,7 @@ def admin_route(host: Host, *, host_key_checking: bool | None = None) -> AdminRo
     ssh_args = _var(hv, "ansible_ssh_args")  # replaces Ansible's defaults (ControlMaster...), not needed here
     if ssh_args:
         argv += shlex.split(str(ssh_args[1]))
-    if host_key_checking is None:
-        host_key_checking = os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "False").lower() in ("1", "true", "yes", "on")
-    if not host_key_checking:  # before the inventory's options, as Ansible puts it: ssh keeps the first
-        argv += ["-o", "StrictHostKeyChecking=no"]
+    argv += host_key_args(known_hosts)  # before the inventory's options: ssh keeps an option's first value
     argv += _BATCH
     port = _var(hv, "ansible_port", "ansible_ssh_port")
     if port:
@@ -121,7 +123,8 @@ def admin_route(host: Host, *, host_key_checking: bool | None = None) -> AdminRo
     destination = str(address[1]) if address else host.name
     if destination.startswith("-"):
         raise TunnelError(f"the address {destination!r} starts with '-'")
-    return AdminRoute(host.name, admin_host, admin_port, ssh=tuple(argv), destination=destination)
+    return AdminRoute(host.name, admin_host, admin_port, ssh=tuple(argv), destination=destination,
+                      known_hosts=known_hosts)
 
 
 def _free_port() -> int:
@@ -156,7 +159,8 @@ def opened(route: AdminRoute, *, timeout: float = 10.0, attempts: int = 3) -> It
     for _ in range(attempts):
         port = _free_port()
         proc = subprocess.Popen(tunnel_argv(route, port), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+                                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                                env=child_env())
         try:
             while proc.poll() is None and not _answers(port) and time.monotonic() < deadline:
                 time.sleep(0.05)  # poll: the listener appears once ssh has authenticated
@@ -168,6 +172,10 @@ def opened(route: AdminRoute, *, timeout: float = 10.0, attempts: int = 3) -> It
             err = [ln for ln in (proc.stderr.read() if proc.stderr else "").splitlines()
                    if ln.strip() and not ln.startswith("Warning: Permanently added")]
             last = err[-1] if err else f"ssh exited {proc.returncode}"
+            refused = host_key_problem(route.router, {"stderr": "\n".join(err)}, route.known_hosts)
+            if refused is not None:
+                last = refused[1]
+                break
             if "forward" not in last.lower() or time.monotonic() >= deadline:
                 break  # a port taken between choosing and binding is worth another try; nothing else
         finally:
@@ -187,12 +195,12 @@ def _close(proc: subprocess.Popen[str]) -> None:
         proc.stderr.close()
 
 
-def routes_for(routers: Sequence[Host]) -> list[AdminRoute | tuple[str, str]]:
+def routes_for(routers: Sequence[Host], known_hosts: Path | None) -> list[AdminRoute | tuple[str, str]]:
     """A route per router, or (router, why not) for one whose vars llmgw cannot use."""
     out: list[AdminRoute | tuple[str, str]] = []
     for h in routers:
         try:
-            out.append(admin_route(h))
+            out.append(admin_route(h, known_hosts=known_hosts))
         except TunnelError as exc:
             out.append((h.name, str(exc)))
     return out

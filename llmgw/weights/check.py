@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from llmgw.catalog import Catalog, Located, Model
-from llmgw.errors import Problem
+from llmgw.errors import CatalogError, Problem
 from llmgw.site import Site
 from llmgw.weights.hub import HUB, is_repo_source
 from llmgw.weights.servable import CAPS_FILE, EngineCaps, servable_problems
@@ -58,6 +58,22 @@ def reachable(source: str, endpoint: str) -> bool:
 _PORTS = {"http": 80, "https": 443}
 
 
+def foreign_sources(catalog: Catalog, site: Site) -> list[Problem]:
+    """A problem per model whose http(s) source is not on the site's endpoint: hosts fetch
+    only from there (as root, from inside the fleet's network), so a catalog URL to any other
+    host would make every GPU host send requests wherever a pull request says."""
+    endpoint = hf_endpoint(site)
+    out: list[Problem] = []
+    for model in catalog:
+        if urlsplit(model.source).scheme in ("http", "https") and not reachable(model.source, endpoint):
+            where = catalog.where(model.name)
+            out.append(Problem(where.file, where.line, f"models[{where.index}].source",
+                               f"{model.source} is not on the site's endpoint {endpoint}: hosts fetch only from it "
+                               "(`mirror:` in llmgw.yaml); use hf://ORG/REPO/FILE, a URL on that endpoint, or "
+                               "file:///PATH under the hosts' llmgw_model_dirs"))
+    return out
+
+
 def model_spec(model: Model) -> str:
     """The key a model's source is recorded under (whole repositories: with revision and patterns)."""
     return catalog_spec(model.source, list(model.include), list(model.exclude))
@@ -92,16 +108,14 @@ def _size_text(n: int | None) -> str:
 
 def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool = False) -> Servability:
     """Problems for unservable llama.cpp models; `inspect` lets it fetch headers it lacks."""
-    out = Servability(sources=read_sources(site.facts_dir))
+    out = Servability(sources=read_sources(site.facts_dir), problems=foreign_sources(catalog, site))
     wanted = llamacpp_sources(catalog)
     repos = repo_specs(catalog)
     todo = [s for s in sorted({*wanted, *repos}) if refresh or s not in out.sources]
     if inspect:
-        # validate runs on untrusted pull requests: it contacts only the site's endpoint
-        refused = [s for s in todo if not reachable(s, hf_endpoint(site))]
-        todo = [s for s in todo if s not in refused]
-        out.notes.extend(f"{s}: not inspected: catalog validate contacts only the site's endpoint "
-                         f"{hf_endpoint(site)} (`mirror:` in llmgw.yaml)" for s in refused)
+        # validate runs on untrusted pull requests: it contacts only the site's endpoint (a source
+        # elsewhere is a problem above; it is not asked either)
+        todo = [s for s in todo if reachable(s, hf_endpoint(site))]
     if inspect and todo:
         import httpx  # here, not at the top: `llmgw plan` imports this module and never fetches
 
@@ -183,6 +197,9 @@ def pin_catalog(catalog: Catalog, site: Site) -> tuple[Catalog, dict[str, list[s
 
     The planner then names cache entries, spec hashes and the plan's sources after the commit:
     a branch that moved is a visible replacement, never new weights under an old name."""
+    foreign = foreign_sources(catalog, site)
+    if foreign:
+        raise CatalogError(foreign)
     records = read_sources(site.facts_dir)
     entries: list[Located] = []
     unpinned: dict[str, list[str]] = {}

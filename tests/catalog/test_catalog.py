@@ -30,7 +30,7 @@ models:
       - name: cpu
         engine: llamacpp
   - name: small
-    source: https://example.org/small.gguf
+    source: https://huggingface.co/org/repo/resolve/main/small.gguf  # a URL on the endpoint
     scaling: {min: 0}
     profiles:
       - {name: cpu, engine: llamacpp}

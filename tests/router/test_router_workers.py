@@ -183,9 +183,12 @@ def start_workers(state_path: Path, store_url: str, log: Path, workers: int = WO
     port, admin_port = free_port(), free_port()
     argv = [sys.executable, "-c", "from llmgw.cli import main; main()", "router", "serve",
             "--state", str(state_path), "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin_port}",
-            "--store", store_url, "--workers", str(workers), *FAST]
+            "--workers", str(workers), *FAST]
+    # The store as the router's unit gives it (LLMGW_STORE): a PostgreSQL URL's password is
+    # refused on a command line (tests/security/test_no_secrets_in_argv_env.py).
+    env = {**os.environ, "LLMGW_STORE": store_url}
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     w = Workers(proc, port, admin_port, log)
 
     def up() -> bool:

@@ -1,5 +1,5 @@
 """`catalog validate` (online) and `plan` contact nothing but the endpoint the site
-configures (`mirror:` in llmgw.yaml): a catalog naming another URL gets a note, and a
+configures (`mirror:` in llmgw.yaml): a catalog naming another URL is refused, and a
 listener standing in for that other host records no connection. The same listener as the
 site's mirror is contacted, so the test can see a connection when one is made."""
 
@@ -62,8 +62,9 @@ def test_validate_contacts_no_host_the_site_does_not_name(tmp_path: Path) -> Non
         root = make_site(tmp_path, catalog(f"{other}/m.gguf"), config=f"mirror: {mirror}\n")
         proc = llmgw(root, "catalog", "validate")
         assert "Traceback" not in proc.stdout + proc.stderr
-        assert proc.exit_code == 0, proc.stdout + proc.stderr
-        assert "not inspected: catalog validate contacts only the site's endpoint" in proc.stderr
+        # refused (tests/security/test_weights_ssrf.py), and not asked either
+        assert proc.exit_code == 1, proc.stdout + proc.stderr
+        assert "is not on the site's endpoint" in proc.stderr
         proc = llmgw(root, "plan")
         assert "Traceback" not in proc.stdout + proc.stderr
     assert seen == [], "validate or plan connected to a host the site does not configure"

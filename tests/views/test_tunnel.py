@@ -117,7 +117,7 @@ def test_the_route_is_ansibles_connection() -> None:
                              ansible_ssh_private_key_file="~/.ssh/fleet",
                              ansible_ssh_common_args="-o ProxyJump=jump@bastion -o UserKnownHostsFile=/k",
                              ansible_ssh_extra_args="-o Compression=yes",
-                             llmgw_router_admin_listen="127.0.0.1:9001"), host_key_checking=False)
+                             llmgw_router_admin_listen="127.0.0.1:9001"), known_hosts=Path("/site/known_hosts"))
     argv = tunnel_argv(route, 40000)
     assert argv[0] == "ssh" and argv[-2:] == ["--", "10.0.0.5"]
     assert "-L" in argv and argv[argv.index("-L") + 1] == "127.0.0.1:40000:127.0.0.1:9001"
@@ -126,11 +126,12 @@ def test_the_route_is_ansibles_connection() -> None:
                  "-o ProxyJump=jump@bastion", "-o Compression=yes", "-o ExitOnForwardFailure=yes",
                  "-o BatchMode=yes", "-N"):
         assert part in joined, part
-    # Host key checking off as llmgw.runner runs Ansible, placed before the inventory's
-    # options as Ansible does (ssh keeps an option's first value).
-    assert argv.index("StrictHostKeyChecking=no") < argv.index("UserKnownHostsFile=/k")
-    strict = tunnel_argv(admin_route(host("r1"), host_key_checking=True), 1)
-    assert "StrictHostKeyChecking=no" not in strict and strict[-1] == "r1"  # no ansible_host: the name
+    # Host keys checked strictly against the site's file, as llmgw.runner runs Ansible, placed
+    # before the inventory's options (ssh keeps an option's first value).
+    assert argv.index("StrictHostKeyChecking=yes") < argv.index("UserKnownHostsFile=/k")
+    assert argv.index("UserKnownHostsFile=/site/known_hosts") < argv.index("UserKnownHostsFile=/k")
+    plain = tunnel_argv(admin_route(host("r1")), 1)
+    assert "StrictHostKeyChecking=yes" in plain and plain[-1] == "r1"  # no ansible_host: the name
     wild = admin_route(host("r1", llmgw_router_admin_listen="0.0.0.0:8001"))
     assert (wild.admin_host, wild.admin_port) == ("127.0.0.1", 8001)
     local = admin_route(host("r1", ansible_connection="local"))
@@ -148,7 +149,7 @@ def test_the_route_is_ansibles_connection() -> None:
 def test_vars_llmgw_cannot_use_name_the_variable(hv: dict[str, Any], says: str) -> None:
     with pytest.raises(TunnelError, match=says):
         admin_route(host("r1", **hv))
-    [(name, why)] = routes_for([host("r1", **hv)])  # type: ignore[misc]
+    [(name, why)] = routes_for([host("r1", **hv)], None)  # type: ignore[misc]
     assert name == "r1" and says.split()[0] in why
 
 

@@ -104,9 +104,12 @@ def test_file_source_token_stays_off_other_hosts_and_redirects(tmp_path: Path) -
                             hf_token=TOKEN, allow_http=True)
         assert Path(path).read_bytes() == data
         assert endpoint.auths() == {f"Bearer {TOKEN}"} and other.auths() == {None}
-        mod.fetch(f"{other.url}/direct.gguf", str(tmp_path / "c"), hf_endpoint=endpoint.url, hf_token=TOKEN,
-                  allow_http=True)
-        assert other.auths() == {None}  # a source on another host never gets the token
+        asked = len(other.seen)
+        # a source on another host is not fetched at all (tests/security/test_weights_ssrf.py): no token, no request
+        with pytest.raises(mod.FetchError, match="only from the site's endpoint"):
+            mod.fetch(f"{other.url}/direct.gguf", str(tmp_path / "c"), hf_endpoint=endpoint.url, hf_token=TOKEN,
+                      allow_http=True)
+        assert len(other.seen) == asked and other.auths() == {None}
 
 
 def test_file_sources_only_under_model_dirs(tmp_path: Path) -> None:

@@ -14,6 +14,9 @@ description:
     complete, so a finished name is always a whole file (or a whole snapshot folder).
   - A whole repository is fetched with C(huggingface_hub) (resumable, verified) pinned to its commit;
     the entry is the snapshot folder an engine loads.
+  - An C(http(s)://) source is fetched only from I(hf_endpoint)'s own scheme, host and port (redirects
+    from there are followed, as the Hub's downloads need); any other URL is refused before anything is
+    opened or written.
   - The token goes only to I(hf_endpoint)'s own origin, over https (http only with I(hf_allow_http)),
     never to another host a source names or a redirect leads to. C(file://) sources are read only under
     I(model_dirs). Entries are 0750/0640, root's and I(group)'s, never world-readable.
@@ -217,6 +220,18 @@ def _origin(url):
     return parts.scheme, (parts.hostname or "").lower(), port
 
 
+def check_origin(source, hf_endpoint):
+    """Refuse an http(s) source that is not on the endpoint's own scheme, host and port.
+
+    A host fetches as root from inside the fleet's network: a catalog URL to any other host
+    (an internal service, a cloud metadata address) would be a request made for whoever
+    wrote the catalog. `catalog validate` and `plan` refuse such a source; this is the
+    host's own check, before anything is opened or written."""
+    if source.startswith(("https://", "http://")) and _origin(source) != _origin(hf_endpoint):
+        raise FetchError("refusing to fetch %s: hosts fetch only from the site's endpoint %s (`mirror:` in "
+                         "llmgw.yaml)" % (source, hf_endpoint))
+
+
 def endpoint_token(hf_endpoint, hf_token, allow_http):
     """The token, once checked that it may go to the endpoint: over https, or http when the site allows it."""
     if not hf_token:
@@ -371,6 +386,7 @@ def secure(path, gid):
 def fetch(source, cache_dir, hf_endpoint="https://huggingface.co", hf_token=None, timeout=60, model_dirs=(),
           allow_http=False, expected_bytes=None, group=None):
     """Fetch `source` into the cache unless present; returns (path, changed). Single-flight per source."""
+    check_origin(source, hf_endpoint)
     name = cache_name(source)
     final = os.path.join(cache_dir, name)
     gid = _group_id(group)
