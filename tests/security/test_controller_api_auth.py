@@ -40,10 +40,10 @@ class Waiting:
         assert isinstance(got, dict)
         return got
 
-    def token(self) -> str:
-        """The operators' token, as the group that may read it has it ("" where there is none)."""
+    def auth(self) -> dict[str, str]:
+        """The operators' token, as the group that may read it has it (none where there is none)."""
         path = self.home / "operator.token"
-        return path.read_text().strip() if path.exists() else ""
+        return {"Authorization": f"Bearer {path.read_text().strip()}"} if path.exists() else {}
 
     def approve(self, headers: dict[str, str], **kw: Any) -> httpx.Response:
         return httpx.post(f"{self.url}/api/v1/runs/{self.run}/approve", headers=headers, timeout=10, **kw)
@@ -94,10 +94,9 @@ def test_a_cross_site_text_plain_post_does_not_approve(waiting: Waiting) -> None
     assert answer.status_code in (401, 403, 415), answer.text
     # Even with the operators' token (a page cannot read it, but say it could replay one).
     answer = waiting.approve({"Origin": "http://evil.example", "Content-Type": "application/json",
-                              "Authorization": f"Bearer {waiting.token()}"}, content=b"{}")
+                              **waiting.auth()}, content=b"{}")
     assert answer.status_code == 403 and "cross-origin" in answer.json()["detail"], answer.text
-    answer = waiting.approve({"Content-Type": "text/plain", "Authorization": f"Bearer {waiting.token()}"},
-                             content=b"{}")
+    answer = waiting.approve({"Content-Type": "text/plain", **waiting.auth()}, content=b"{}")
     assert answer.status_code == 415, answer.text
     waiting.still_waiting()
 
@@ -106,7 +105,7 @@ def test_a_dns_rebound_host_is_refused(waiting: Waiting) -> None:
     # rebind.attacker.example resolves to 127.0.0.1 by then: the request reaches the listener
     # with the attacker's name in Host, from the attacker's own origin.
     answer = waiting.approve({"Host": "rebind.attacker.example", "Content-Type": "application/json",
-                              "Authorization": f"Bearer {waiting.token()}"}, content=b"{}")
+                              **waiting.auth()}, content=b"{}")
     assert answer.status_code == 421, answer.text
     read = httpx.get(f"{waiting.url}/api/v1/runs/{waiting.run}", headers={"Host": "rebind.attacker.example:80"},
                      timeout=10)
