@@ -230,6 +230,13 @@ def follow_cmd(app: AppContext, out: Path, poll: float) -> None:
                              hint="follow works with `state: postgresql://...` in llmgw.yaml")
 
         backend.cache = None  # the follower keeps --out itself (a router's home), nothing in the site folder
+        from llmgw.state.roles import writable
+
+        with backend.transaction() as cur:
+            can_write = writable(cur)
+        if can_write:  # the controller's role, most likely: a compromised router could approve runs
+            click.echo(f"warning: this follower's database role may write {', '.join(can_write)}; give the routers "
+                       "a read-only role (`llmgw state grant-follower ROLE`, docs/state.md)", err=True)
 
         def write(state: State) -> None:
             try:  # apply may have delivered a newer serial meanwhile: never step a router back

@@ -67,3 +67,14 @@ def grant_follower(cur: Any, role: str) -> list[str]:
     for stmt in done:
         cur.execute(stmt)
     return done
+
+
+def writable(cur: Any) -> list[str]:
+    """The state's tables the connection's role may write (a follower should have none)."""
+    out = []
+    for table in STATE_TABLES:
+        cur.execute("SELECT CASE WHEN to_regclass(%s) IS NULL THEN false "  # CASE: in this order
+                    "ELSE has_table_privilege(%s, 'INSERT, UPDATE, DELETE') END", (table, table))
+        if cur.fetchone()[0]:
+            out.append(table)
+    return out

@@ -82,6 +82,10 @@ def test_the_follower_role_reads_the_state_and_writes_nothing(tmp_path: Path, pg
             PgRuns(reader, create=False).all()  # the runs are not the routers' to read either
         with pytest.raises(StateError, match="permission denied"):
             reader.write(written, expect_serial=written.serial, meta=WriteMeta("router"))
+        from llmgw.state.roles import writable  # what `state follow` warns about: nothing here
+
+        with reader.transaction() as cur:
+            assert writable(cur) == []
     finally:
         reader.close()
     with psycopg.connect(as_role(pg_state, follower), password=PASSWORD, autocommit=True) as conn:
@@ -93,6 +97,8 @@ def test_the_follower_role_reads_the_state_and_writes_nothing(tmp_path: Path, pg
                 conn.execute(stmt)
     with backend_for(Site.load(site)) as owner:
         assert PgRuns(owner).get(waiting.id).status == "waiting" and owner.read().serial == written.serial
+        with owner.transaction() as cur:
+            assert "llmgw_controller_runs" in writable(cur)  # the controller's role: never the routers'
 
 
 def test_the_grants_are_printed_for_an_administrator(tmp_path: Path, pg_state: str, follower: str) -> None:
