@@ -11,8 +11,9 @@ On its first start the controller makes, in its home (`$LLMGW_CONTROLLER_HOME`, 
     operator.secret   0600, the controller's user: 32 random bytes (hex)
     operator.token    the token of operator `operators`: 0640 and group `llmgw-operators`
                       when the controller's user may give it that group (a member), else
-                      0600, and it says so: add the operators to that group, or hand each a
-                      token of their own (`mint`, `llmgw approve --mint NAME`)
+                      0600, and it says so (add the controller's user and the operators to
+                      that group); `Operators.mint(NAME)` makes a person's own token, whose
+                      approvals then carry NAME
 
 and refuses to start when either is readable by every user. Why a token file and not the
 peer's unix user (SO_PEERCRED over a unix socket): the API is TCP, reached through SSH
