@@ -71,7 +71,7 @@ def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: 
     controller = Controller(app.site.root, branch=None if no_follow else branch, remote=remote, policy=policy,
                             grace=grace, say=say)
     server = uvicorn.Server(uvicorn.Config(controller_app(controller, operators=admins,
-                                                          hosts=listener_names(host, port)),
+                                                          hosts=listener_names(host)),
                                            host=host, port=port, log_level="warning", access_log=False))
     api = threading.Thread(target=server.run, name="llmgw-controller-api", daemon=True)
     api.start()

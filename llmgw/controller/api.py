@@ -60,25 +60,30 @@ _READS = frozenset({"GET", "HEAD"})
 _SAME_SITE = frozenset({"same-origin", "none"})
 
 
-def listener_names(host: str, port: int) -> frozenset[str]:
-    """The `Host` values naming a listener on host:port (lower case): its address, and for
-    loopback or any-address listeners the names this machine answers to itself."""
-    names = {host.strip("[]").lower()}
+def listener_names(host: str) -> frozenset[str]:
+    """The host names (lower case) a listener on `host` answers to in `Host`: its address, and
+    for loopback or any-address listeners the names this machine gives itself. Ports are not
+    compared: a rebound name is refused whatever its port, and an SSH tunnel's local port
+    (`ssh -L 9000:127.0.0.1:8095`) still reaches the API as 127.0.0.1."""
+    bare = host.strip("[]").lower()
+    names = {bare}
     try:
-        addr = ipaddress.ip_address(host.strip("[]"))
+        addr = ipaddress.ip_address(bare)
     except ValueError:
         addr = None
-    if addr is not None and (addr.is_loopback or addr.is_unspecified):
+    if bare == "localhost" or (addr is not None and (addr.is_loopback or addr.is_unspecified)):
         names |= {"localhost", "127.0.0.1", "::1"}
     if addr is not None and addr.is_unspecified:
         names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
-    out = set()
-    for name in names:
-        shown = f"[{name}]" if ":" in name else name
-        out.add(f"{shown}:{port}")
-        if port == 80:
-            out.add(shown)
-    return frozenset(out)
+    return frozenset(names)
+
+
+def _host_name(header: str) -> str:
+    """`name`, `name:port`, `[v6]` or `[v6]:port` -> the name (lower case)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if ":" in header else header
 
 
 def _refuse(status: int, message: str, **headers: str) -> Response:
@@ -87,18 +92,18 @@ def _refuse(status: int, message: str, **headers: str) -> Response:
 
 def _guard(hosts: frozenset[str], operators: Operators) -> Callable[[Request, Callable[[Request], Awaitable[Response]]],
                                                                     Awaitable[Response]]:
-    origins = frozenset(f"http://{h}" for h in hosts) | frozenset(f"https://{h}" for h in hosts)
-
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        host = request.headers.get("host", "").lower()
-        if host not in hosts:
+        host = request.headers.get("host", "").strip().lower()
+        if _host_name(host) not in hosts:
             return _refuse(421, f"this is the controller's admin API at {', '.join(sorted(hosts))}, not "
                                 f"{host[:100]!r}: use one of those names (a name that resolves here is not enough)")
         if request.method in _READS:
             return await call_next(request)
+        # Same origin: the page that posts was served by this listener, under this very Host.
         origin = request.headers.get("origin")
         site = request.headers.get("sec-fetch-site")
-        if (origin is not None and origin.lower() not in origins) or (site is not None and site not in _SAME_SITE):
+        if (origin is not None and origin.lower() not in (f"http://{host}", f"https://{host}")) \
+                or (site is not None and site not in _SAME_SITE):
             return _refuse(403, "cross-origin writes are refused: approve with `llmgw approve RUN`, or from this "
                                 "listener's own origin")
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -129,7 +134,7 @@ async def _json_object(request: Request, limit: int) -> dict[str, Any]:
 
 
 def controller_app(controller: Controller, *, operators: Operators, hosts: Iterable[str]) -> FastAPI:
-    """The admin API; `hosts`: the `Host` values naming its listener (`listener_names`)."""
+    """The admin API; `hosts`: the host names its listener answers to (`listener_names`)."""
     app = FastAPI(title="llmgw controller", docs_url=None, redoc_url=None, openapi_url=None)
     app.middleware("http")(_guard(frozenset(h.lower() for h in hosts), operators))
 
