@@ -84,3 +84,18 @@ def test_routers_report_over_tls_and_verify_the_controller(tmp_path: Path, monke
             asyncio.run(report(ControllerClient(f"http://127.0.0.1:{demand}", token_file, "r1")))
     finally:
         stop_process(proc, 15)
+
+
+def test_the_router_refuses_a_controller_url_carrying_credentials(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmgw.errors import UsageError
+    from llmgw.router.activator import factory
+
+    monkeypatch.setenv("LLMGW_CONTROLLER_URL", "https://r1:llmgw-router.r1.abc@10.0.0.5:8096")
+    with pytest.raises(UsageError, match="must not carry credentials"):
+        factory(state_path=tmp_path / "state.json")
+    monkeypatch.setenv("LLMGW_CONTROLLER_URL", "https://10.0.0.5:8096")
+    monkeypatch.setenv("LLMGW_ROUTER_NAME", "r1")
+    client = factory(state_path=tmp_path / "state.json")
+    assert (client.url, client.name) == ("https://10.0.0.5:8096", "r1")
+    assert client.token_file == tmp_path / "controller.token"
