@@ -178,9 +178,11 @@ class Hosts:
                                 "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
                                 **site, "llmgw_wait_serial": serial,
                                 "llmgw_router_engine_keys": self._router_keys(state_file),
-                                # What routers show the controller's demand API (apply/controller_token.py).
-                                "llmgw_router_controller_token": (router_token(self.engine_keys)
-                                                                  if self.engine_keys is not None else ""),
+                                # What each router shows the controller's demand API, its own
+                                # (apply/controller_token.py); the role picks its host's.
+                                "llmgw_router_controller_tokens": (
+                                    {r: router_token(self.engine_keys, r) for r in self.routers}
+                                    if self.engine_keys is not None else {}),
                                 # What the routers' admin APIs take for a change (apply/admin_token.py).
                                 "llmgw_router_admin_token": (admin_token(self.engine_keys)
                                                              if self.engine_keys is not None else ""),

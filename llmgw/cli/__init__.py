@@ -39,7 +39,7 @@ VERBS: dict[str, str] = {
     "apply": "apply_cmd",
     "state": "state_cmd",
     "controller": "controller_cmd",
-    "approve": "controller_cmd",
+    "approve": "approve_cmd",
     "cordon": "edit_cmd",
     "uncordon": "edit_cmd",
     "drain": "edit_cmd",

@@ -1,4 +1,4 @@
-"""`llmgw controller run|runs` and `llmgw approve RUN`: pull-style GitOps on the bastion."""
+"""`llmgw controller run|runs`: pull-style GitOps on the bastion (`llmgw approve RUN`: approve_cmd.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import click
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.controller.checkout import RUNTIME_ENV, default_runtime
+from llmgw.controller.operators import ADMIN_LISTEN
+from llmgw.errors import UsageError
 from llmgw.site import Site
-from llmgw.state import backend_for, default_author
+from llmgw.state import backend_for
 
 
 def runtime_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,11 +52,16 @@ def controller_group() -> None:
                    "waits; auto-all: apply everything. A rewind of the branch waits under every policy.")
 @click.option("--grace", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="Seconds drained replicas get to finish their requests.")
-@click.option("--listen", default="127.0.0.1:8095", show_default=True, metavar="ADDR",
-              help="Admin API (status, runs, approval); keep it on loopback.")
+@click.option("--listen", default=ADMIN_LISTEN, show_default=True, metavar="ADDR",
+              help="Admin API (status, runs, approval with an operator token); keep it on loopback.")
 @click.option("--demand-listen", metavar="ADDR",
-              help="The routers' demand API (load reports, activation requests; a token apply gives the "
-                   "routers): an address the routers reach. Default: none (no demand-driven scaling).")
+              help="The routers' demand API (load reports, activation requests; each router shows its own token "
+                   "from apply): an address the routers reach. Default: none (no demand-driven scaling).")
+@click.option("--demand-tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="PEM",
+              help="Serve the demand API over TLS with this certificate (chain); the routers verify it "
+                   "(https:// in llmgw_router_controller_url, their CA in $LLMGW_CONTROLLER_CA).")
+@click.option("--demand-tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="PEM",
+              help="The TLS certificate's private key (readable by the controller alone).")
 @click.option("--demand-interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               help="Seconds between looks at the routers' load (an activation request is acted on at once).")
 @click.option("--no-follow", is_flag=True,
@@ -63,8 +70,8 @@ def controller_group() -> None:
 @runtime_option
 @pass_app
 def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: str, grace: float,
-            listen: str, demand_listen: str | None, demand_interval: float, no_follow: bool,
-            runtime: Path | None) -> None:
+            listen: str, demand_listen: str | None, demand_tls_cert: Path | None, demand_tls_key: Path | None,
+            demand_interval: float, no_follow: bool, runtime: Path | None) -> None:
     """Run the controller in the foreground (the llmgw_controller role runs it under systemd).
 
     The site folder (-C) is a clone of the site's repository, holding the commit last applied;
@@ -73,31 +80,43 @@ def run_cmd(app: AppContext, branch: str, remote: str, interval: float, policy: 
     elect one leader."""
     import uvicorn
 
-    from llmgw.controller import Controller
-    from llmgw.controller.api import controller_app
+    if (demand_tls_cert is None) != (demand_tls_key is None):
+        raise UsageError("give --demand-tls-cert and --demand-tls-key together")
+
+    from llmgw.controller import Controller, operators
+    from llmgw.controller.api import controller_app, listener_names
     from llmgw.router.server import parse_addr
 
     host, port = parse_addr(listen, default_host="127.0.0.1")
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
     own = runtime if no_follow else _runtime(runtime)
+    admins = operators.ensure(operators.controller_home(), say=say)  # approval needs an operator's token
     controller = Controller(app.site.root, branch=None if no_follow else branch, remote=remote, policy=policy,
-                            grace=grace, runtime=own, say=lambda line: click.echo(line, err=True))
-    server = uvicorn.Server(uvicorn.Config(controller_app(controller), host=host, port=port, log_level="warning",
-                                           access_log=False))
+                            grace=grace, runtime=own, say=say)
+    server = uvicorn.Server(uvicorn.Config(controller_app(controller, operators=admins,
+                                                          hosts=listener_names(host)),
+                                           host=host, port=port, log_level="warning", access_log=False))
     api = threading.Thread(target=server.run, name="llmgw-controller-api", daemon=True)
     api.start()
     servers = [(server, api)]
     if demand_listen:
-        from llmgw.apply.controller_token import router_token_for
+        from llmgw.apply.engine_keys import EngineKeyring
         from llmgw.controller.api import demand_app
 
-        token = router_token_for(Site.load(app.site.root, runtime=controller.runtime).state_file)
+        # each router's token is derived from the engine key secret, kept in the runtime folder
+        keyring = EngineKeyring.beside(Site.load(app.site.root, runtime=controller.runtime).state_file)
         d_host, d_port = parse_addr(demand_listen, default_host="127.0.0.1")
-        d_server = uvicorn.Server(uvicorn.Config(demand_app(controller, lambda: token), host=d_host, port=d_port,
-                                                 log_level="warning", access_log=False))
+        d_server = uvicorn.Server(uvicorn.Config(demand_app(controller, keyring), host=d_host, port=d_port,
+                                                 log_level="warning", access_log=False,
+                                                 ssl_certfile=demand_tls_cert, ssl_keyfile=demand_tls_key))
         d_thread = threading.Thread(target=d_server.run, name="llmgw-controller-demand", daemon=True)
         d_thread.start()
         servers.append((d_server, d_thread))
-        click.echo(f"demand API for the routers on http://{d_host}:{d_port}", err=True)
+        scheme = "https" if demand_tls_cert else "http"
+        click.echo(f"demand API for the routers on {scheme}://{d_host}:{d_port}", err=True)
     stop = threading.Event()
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -135,18 +154,5 @@ def runs_cmd(app: AppContext, as_json: bool, runtime: Path | None) -> None:
                                         r.approved_by or "-"] for r in runs]))
 
 
-@click.command("approve")
-@click.argument("run_id", type=click.IntRange(min=1))
-@runtime_option
-@pass_app
-def approve_cmd(app: AppContext, run_id: int, runtime: Path | None) -> None:
-    """Approve controller run RUN_ID (a plan that destroys something); the leader applies it next."""
-    from llmgw.controller import runs_for
-
-    with backend_for(_controller_site(app, runtime)) as backend:
-        run = runs_for(backend).approve(run_id, default_author())
-    click.echo(f"Approved run {run.id} ({run.commit[:12]}: {run.summary}); the controller applies it next.")
-
-
 # What `llmgw` attaches to its group.
-COMMANDS: list[click.Command] = [controller_group, approve_cmd]
+COMMANDS: list[click.Command] = [controller_group]

@@ -10,6 +10,7 @@
     migrate --to URL   copy the state into an empty backend, keeping serial and lineage
     import --lineage L adopt another state's units deliberately (an empty state takes lineage L)
     follow --out FILE  keep a router's state file equal to a PostgreSQL state (LISTEN/NOTIFY)
+    grant-follower ROLE  make ROLE a read-only follower of a PostgreSQL state (the routers')
 """
 
 from __future__ import annotations
@@ -229,6 +230,13 @@ def follow_cmd(app: AppContext, out: Path, poll: float) -> None:
                              hint="follow works with `state: postgresql://...` in llmgw.yaml")
 
         backend.cache = None  # the follower keeps --out itself (a router's home), nothing in the site folder
+        from llmgw.state.roles import writable
+
+        with backend.transaction() as cur:
+            can_write = writable(cur)
+        if can_write:  # the controller's role, most likely: a compromised router could approve runs
+            click.echo(f"warning: this follower's database role may write {', '.join(can_write)}; give the routers "
+                       "a read-only role (`llmgw state grant-follower ROLE`, docs/state.md)", err=True)
 
         def write(state: State) -> None:
             try:  # apply may have delivered a newer serial meanwhile: never step a router back
@@ -245,6 +253,38 @@ def follow_cmd(app: AppContext, out: Path, poll: float) -> None:
             backend.follow(write, stop, poll=poll)
         except KeyboardInterrupt:
             stop.set()
+
+
+@state_group.command("grant-follower")
+@click.argument("role")
+@click.option("--print", "only_print", is_flag=True, help="Print the SQL for a database administrator; run nothing.")
+@pass_app
+def grant_follower_cmd(app: AppContext, role: str, only_print: bool) -> None:
+    """Give PostgreSQL role ROLE read access to the state and nothing else (llmgw.state.roles):
+    what the routers' state followers connect as (llmgw_router_state_follow_url), so a router
+    can neither write a serial nor approve or insert a controller run. Run as the tables' owner
+    (the controller's role); ROLE must exist."""
+    from llmgw.controller.runs import runs_for
+    from llmgw.state import PostgresBackend
+    from llmgw.state.roles import grant_follower, grant_follower_sql
+
+    with backend_for(app.site) as backend:
+        if not isinstance(backend, PostgresBackend):
+            raise UsageError(f"the state at {backend.where} is a file: there is no database role to grant",
+                             hint="grant-follower works with `state: postgresql://...` in llmgw.yaml")
+        if only_print:
+            with backend.transaction() as cur:
+                cur.execute("SELECT current_schema()")
+                schema = cur.fetchone()[0] or "public"
+            click.echo(";\n".join(grant_follower_sql(role, schema)) + ";")
+            return
+        runs_for(backend)  # the runs' table exists, so its rights are revoked too
+        with backend.transaction() as cur:
+            done = grant_follower(cur, role)
+    for stmt in done:
+        click.echo(stmt, err=True)
+    click.echo(f"{role} may read the state at {backend.where} and nothing else: give it to the routers' "
+               "followers (llmgw_router_state_follow_url, llmgw_router_state_follow_password).")
 
 
 @state_group.command("import")

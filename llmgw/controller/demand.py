@@ -33,6 +33,10 @@ from llmgw.errors import LlmgwError
 
 # A report older than this (seconds) does not count: its router is not known.
 STALE_AFTER = 15.0
+# What one router may hold in the controller's memory (Reports): processes (its workers,
+# and restarted ones until they expire) and bytes of their report bodies together.
+MAX_PROCESSES_PER_ROUTER = 64
+MAX_BYTES_PER_ROUTER = 8 * 1024 * 1024
 # Scale down only when the load fits `current - 1` replicas at this share of the target,
 # so a load just under the target does not flap between two counts.
 HYSTERESIS = 0.7
@@ -42,6 +46,10 @@ Kind = Literal["activate", "scale-up", "scale-down", "stop-idle"]
 
 class ReportError(LlmgwError):
     pass
+
+
+class ForgedReport(ReportError):
+    """A report in the name of a router other than its credential's."""
 
 
 @dataclass(frozen=True)
@@ -78,10 +86,15 @@ def _name(value: object, what: str) -> str:
     return value
 
 
-def parse_report(data: Any, at: float) -> Report:
-    """A report from a router's JSON (hostile until checked)."""
+def parse_report(data: Any, at: float, router: str) -> Report:
+    """A report from a router's JSON (hostile until checked), counted under `router`: the
+    name its credential carries, never the body's (a body naming another router is refused)."""
     if not isinstance(data, dict):
         raise ReportError("a report is a JSON object")
+    claimed = data.get("router", router)
+    if claimed != router:
+        raise ForgedReport(f"this credential is router {router!r}'s; a report for {str(claimed)[:200]!r} needs "
+                           "that router's own", hint="each router reports with its own token only")
     replicas: dict[str, ReplicaLoad] = {}
     raw_replicas = data.get("replicas", {})
     if not isinstance(raw_replicas, dict) or len(raw_replicas) > 100_000:
@@ -101,28 +114,54 @@ def parse_report(data: Any, at: float) -> Report:
         for model, n in raw.items():
             value = _count(n, f"{key}.{model}")
             out[_name(model, "a model name")] = int(value) if key == "waiting" else value  # type: ignore[assignment]
-    return Report(router=_name(data.get("router"), "router"), process=_name(str(data.get("process", "-")), "process"),
+    return Report(router=router, process=_name(str(data.get("process", "-")), "process"),
                   at=at, serial=int(_count(data.get("serial", 0), "serial", maximum=2**62)), replicas=replicas,
                   waiting=waiting, model_idle_s=idle)
 
 
 class Reports:
-    """The newest report of every router process (thread-safe: the API writes, the loop reads)."""
+    """The newest report of every router process (thread-safe: the API writes, the loop reads).
 
-    def __init__(self, stale_after: float = STALE_AFTER) -> None:
+    Bounded per router, whatever a router sends: at most `per_router` processes and
+    `per_router_bytes` of report bodies (a new process past either evicts that router's
+    oldest), and a process silent for four staleness periods is dropped. So one router,
+    even compromised, holds a bounded share and cannot evict another router's reports."""
+
+    def __init__(self, stale_after: float = STALE_AFTER, *, per_router: int = MAX_PROCESSES_PER_ROUTER,
+                 per_router_bytes: int = MAX_BYTES_PER_ROUTER) -> None:
         self.stale_after = stale_after
+        self.per_router = per_router
+        self.per_router_bytes = per_router_bytes
         self._lock = threading.Lock()
-        self._by: dict[tuple[str, str], Report] = {}
+        self._by: dict[str, dict[str, tuple[Report, int]]] = {}  # router -> process -> (report, its size)
 
-    def add(self, report: Report) -> None:
+    def add(self, report: Report, size: int = 0) -> None:
+        """Keep `report` (its body `size` bytes) as its process's newest."""
         with self._lock:
-            self._by[(report.router, report.process)] = report
+            mine = self._by.setdefault(report.router, {})
+            self._expire(mine, report.at)
+            mine.pop(report.process, None)
+            while mine and (len(mine) >= self.per_router
+                            or sum(n for _r, n in mine.values()) + size > self.per_router_bytes):
+                del mine[min(mine, key=lambda p: mine[p][0].at)]  # this router's oldest process
+            mine[report.process] = (report, size)
+
+    def _expire(self, mine: dict[str, tuple[Report, int]], now: float) -> None:
+        for process in [p for p, (r, _n) in mine.items() if now - r.at > 4 * self.stale_after]:
+            del mine[process]  # a process gone for good (restarted router, old worker)
 
     def fresh(self, now: float) -> list[Report]:
         with self._lock:
-            for key in [k for k, r in self._by.items() if now - r.at > 4 * self.stale_after]:
-                del self._by[key]  # a process gone for good (restarted router, old worker)
-            return [r for r in self._by.values() if now - r.at <= self.stale_after]
+            for router in list(self._by):
+                self._expire(self._by[router], now)
+                if not self._by[router]:
+                    del self._by[router]
+            return [r for mine in self._by.values() for r, _n in mine.values() if now - r.at <= self.stale_after]
+
+    def held(self) -> dict[str, tuple[int, int]]:
+        """router -> (processes, bytes) kept: what the bounds above bound."""
+        with self._lock:
+            return {router: (len(mine), sum(n for _r, n in mine.values())) for router, mine in self._by.items()}
 
 
 @dataclass(frozen=True)
@@ -160,7 +199,10 @@ def fleet_view(reports: Iterable[Report], routers: Iterable[str]) -> Fleet:
     waiting: dict[str, int] = {}
     model_idle: dict[str, float] = {}
     seen: set[str] = set()
+    known = set(routers)
     for r in reports:
+        if r.router not in known:
+            continue  # a router gone from the inventory (its token still verifies until the secret changes)
         seen.add(r.router)
         for rid, load in r.replicas.items():
             in_flight[rid] = in_flight.get(rid, 0) + load.in_flight
@@ -169,7 +211,7 @@ def fleet_view(reports: Iterable[Report], routers: Iterable[str]) -> Fleet:
             waiting[m] = waiting.get(m, 0) + n
         for m, s in r.model_idle_s.items():
             model_idle[m] = min(model_idle.get(m, math.inf), s)
-    return Fleet(in_flight, idle, waiting, model_idle, tuple(sorted(set(routers) - seen)))
+    return Fleet(in_flight, idle, waiting, model_idle, tuple(sorted(known - seen)))
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,24 @@
 set (role llmgw_router does both when `llmgw_router_controller_url` is set) gives the
 router a `ControllerClient`: it asks the controller to start a model's replica and reports
 its load; the controller plans and applies (the router holds no SSH key and never writes
-the state). The token, which apply hands every router (llmgw.apply.controller_token) as
-`controller.token` beside the state file, is read at each call, so a new one is used
-without a restart, and never appears on a command line or in a log. $LLMGW_ROUTER_NAME
-names the router as the inventory does (the controller counts reports per inventory router).
+the state). The token, which apply hands each router (its own, bound to its inventory
+name: llmgw.apply.controller_token) as `controller.token` beside the state file, is read at
+each call, so a new one is used without a restart, and goes only in the Authorization
+header: never in the URL, a command line or a log (an error quotes the controller's answer,
+never the request). The controller counts a report under the router its token names;
+$LLMGW_ROUTER_NAME (the inventory name too) is only what the report says it is.
+
+The channel: `http://` reaches the controller's demand listener in the clear, so keep it on
+a network only the fleet reaches (the bastion's management network, or an SSH-forwarded
+port); `https://` verifies the controller's certificate against the system's CAs, or the
+CA file in $LLMGW_CONTROLLER_CA.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +40,14 @@ class ControllerError(Exception):
 
 
 class ControllerClient:
-    def __init__(self, url: str, token_file: Path, name: str, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(self, url: str, token_file: Path, name: str, session: aiohttp.ClientSession | None = None, *,
+                 ca_file: Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.token_file = token_file
         self.name = name
         self._session = session  # made on first use, in the process and loop that use it
+        # https: the system's CAs, or the controller's own CA; always verified.
+        self._ssl: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -52,7 +63,8 @@ class ControllerClient:
         return {"Authorization": f"Bearer {token}"}
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        async with self.session.post(self.url + path, json=body, headers=self._headers(), timeout=TIMEOUT) as resp:
+        async with self.session.post(self.url + path, json=body, headers=self._headers(), timeout=TIMEOUT,
+                                     ssl=self._ssl) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:300]
                 raise ControllerError(f"the controller answered {resp.status}: {text}")
@@ -81,5 +93,9 @@ def factory(*, state_path: Path, site: Any = None) -> ControllerClient:
     if not url.startswith(("http://", "https://")):
         raise UsageError("the controller client needs $LLMGW_CONTROLLER_URL (http://HOST:PORT of the controller's "
                          f"demand API), not {url!r}", hint="set llmgw_router_controller_url for the routers")
+    if "@" in url.split("//", 1)[1].split("/", 1)[0]:
+        raise UsageError("$LLMGW_CONTROLLER_URL must not carry credentials; the router's token is its "
+                         "controller.token file")
     name = os.environ.get("LLMGW_ROUTER_NAME", "").strip() or socket.gethostname()
-    return ControllerClient(url, state_path.with_name(TOKEN_FILE), name)
+    ca = os.environ.get("LLMGW_CONTROLLER_CA", "").strip()
+    return ControllerClient(url, state_path.with_name(TOKEN_FILE), name, ca_file=Path(ca) if ca else None)

@@ -8,14 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from llmgw.controller import Controller
-from llmgw.controller.api import controller_app
 from llmgw.site import Site
 from llmgw.state import backend_for
 from tests.controller.support import EMPTY, NEW, clone, commit, seed_applied, site_repo
 from tests.support.cli import run_cli
+from tests.support.operators import admin_client
 
 pytestmark = pytest.mark.postgres
 
@@ -27,7 +26,7 @@ def test_auto_applies_what_destroys_nothing_and_waits_for_approval_otherwise(tmp
     assert [r.id for r in seeded.replicas] == ["old-1"]
     said: list[str] = []
     ctl = Controller(work, runtime=tmp_path / "runtime", say=said.append)
-    api = TestClient(controller_app(ctl))
+    api = admin_client(ctl)
     try:
         ctl.tick()
         assert ctl.status.leader
@@ -48,13 +47,12 @@ def test_auto_applies_what_destroys_nothing_and_waits_for_approval_otherwise(tmp
         assert ctl.backend.read().serial == state.serial  # nothing applied without a person
         ctl.tick()
         assert ctl.runs.all()[0].status == "waiting"
-        assert api.post("/api/v1/runs/1/approve").status_code == 409  # not a waiting run
+        assert api.post("/api/v1/runs/1/approve", json={}).status_code == 409  # not a waiting run
 
-        approved = run_cli("-C", str(work), "approve", str(waiting.id))
-        assert approved.exit_code == 0, approved.stderr
+        assert api.post(f"/api/v1/runs/{waiting.id}/approve", json={}).json()["approved_by"] == "tester"
         ctl.tick()
         done = ctl.runs.get(waiting.id)
-        assert done.status == "applied" and done.approved_by, done.log
+        assert done.status == "applied" and done.approved_by == "tester", done.log
         assert ctl.backend.read().replicas == []
 
         listed = json.loads(run_cli("-C", str(work), "controller", "runs", "--json").stdout)["runs"]

@@ -76,6 +76,8 @@ ROUTER_PLAY = """\
   tasks:
     - ansible.builtin.template: {{src: {role}/templates/llmgw-router.service.j2, dest: "{out}/router.service"}}
     - ansible.builtin.template: {{src: {role}/templates/router.env.j2, dest: "{out}/router.env"}}
+    - ansible.builtin.copy: {{content: "{{{{ llmgw_router_controller_token }}}}", dest: "{out}/controller.token"}}
+      no_log: true
 """
 
 
@@ -85,11 +87,13 @@ def test_a_router_pointed_at_the_controller_asks_it_and_never_shows_the_token(tm
     (tmp_path / "out").mkdir()
     play = tmp_path / "play.yml"
     play.write_text(ROUTER_PLAY.format(defaults=ROUTER / "defaults" / "main.yml", role=ROUTER, out=tmp_path / "out"))
-    token = "llmgw-routers-" + "c" * 64
+    token, other = "llmgw-router.localhost." + "c" * 64, "llmgw-router.r2." + "d" * 64
+    # What apply passes: every router's token; the host takes its own entry alone.
     done = playbook(play, {"llmgw_router_controller_url": "http://10.0.0.5:8096",
-                           "llmgw_router_controller_token": token})
+                           "llmgw_router_controller_tokens": {"localhost": token, "r2": other}})
+    assert (tmp_path / "out" / "controller.token").read_text() == token
     unit = (tmp_path / "out" / "router.service").read_text()
     secrets = (tmp_path / "out" / "router.env").read_text()
     assert '"--activator" "llmgw.router.activator:factory"' in unit
     assert 'LLMGW_CONTROLLER_URL="http://10.0.0.5:8096"' in secrets and 'LLMGW_ROUTER_NAME="localhost"' in secrets
-    assert token not in unit and token not in secrets and token not in done.stdout
+    assert token not in unit and token not in secrets and token not in done.stdout and other not in done.stdout

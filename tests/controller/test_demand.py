@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from llmgw.controller.demand import (
+    ForgedReport,
     History,
     ModelDemand,
     ReplicaLoad,
@@ -143,16 +144,40 @@ def test_reports_go_stale_and_a_router_counts_while_one_of_its_processes_is_fres
     [], {"router": ""}, {"router": "r", "replicas": {"x": {"in_flight": -1}}},
     {"router": "r", "replicas": {"x": {"in_flight": True}}}, {"router": "r", "waiting": {"m": "lots"}},
     {"router": "r", "replicas": []}, {"router": "r\x00"}, {"router": "r", "model_idle_s": {"m": float("nan")}},
+    {"router": "r", "process": "p\n"},
 ])
 def test_a_hostile_report_is_refused_with_what_is_wrong(bad: Any) -> None:
     with pytest.raises(ReportError) as refused:
-        parse_report(bad, 0.0)
+        parse_report(bad, 0.0, "r")
     assert refused.value.message
 
 
-def test_a_report_parses() -> None:
+def test_a_report_parses_under_its_credentials_router() -> None:
     r = parse_report({"router": "node1", "process": "42", "serial": 7,
                       "replicas": {"m-1": {"in_flight": 3, "idle_s": 0.5}}, "waiting": {"m": 2},
-                      "model_idle_s": {"m": 0.1}}, 9.0)
+                      "model_idle_s": {"m": 0.1}}, 9.0, "node1")
     assert (r.router, r.process, r.serial, r.at) == ("node1", "42", 7, 9.0)
     assert r.replicas["m-1"] == ReplicaLoad(3, 0.5) and r.waiting == {"m": 2}
+    assert parse_report({"process": "1"}, 0.0, "node1").router == "node1"  # no name: the credential's
+    with pytest.raises(ForgedReport):
+        parse_report({"router": "node2"}, 0.0, "node1")
+
+
+def test_a_router_gone_from_the_inventory_counts_for_nothing() -> None:
+    gone = report("r9", in_flight={"m-1": 50})
+    seen = fleet(report("r1"), report("r2"), gone)
+    assert seen.in_flight == {"m-1": 0} and seen.unknown == ()
+
+
+def test_one_router_holds_a_bounded_share_and_old_processes_expire() -> None:
+    book = Reports(stale_after=5, per_router=3, per_router_bytes=1000)
+    book.add(Report(router="r2", process="1", at=0.0), 100)
+    for n in range(50):  # r1 restarting workers, or lying about them
+        book.add(Report(router="r1", process=str(n), at=float(n) / 100), 10)
+    assert book.held() == {"r1": (3, 30), "r2": (1, 100)}
+    assert sorted(r.process for r in book.fresh(1.0) if r.router == "r1") == ["47", "48", "49"]  # the newest
+    book.add(Report(router="r1", process="big", at=1.0), 995)  # bytes: the older ones give way
+    assert book.held()["r1"] == (1, 995) and book.held()["r2"] == (1, 100)
+    book.add(Report(router="r1", process="late", at=25.0), 10)  # 4 x stale_after later: "big" is gone
+    assert book.held()["r1"] == (1, 10)
+    assert [r.router for r in book.fresh(25.0)] == ["r1"]  # r2's report expired too

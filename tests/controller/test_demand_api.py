@@ -1,5 +1,6 @@
-"""The controller's demand API as routers use it: a token, load reports, activation requests;
-and what `GET /api/v1/demand` says when a model cannot be placed (no host is contacted)."""
+"""The controller's demand API as routers use it: each router's own token, load reports,
+activation requests; and what `GET /api/v1/demand` says when a model cannot be placed (no
+host is contacted)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from llmgw.apply.controller_token import router_token_for
+from llmgw.apply.controller_token import router_of, router_token_for
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.controller import Controller
-from llmgw.controller.api import controller_app, demand_app
+from llmgw.controller.api import demand_app
 from llmgw.site import Site
 from tests.controller.support import NEW
+from tests.support.operators import admin_client
 
 ROUTERS = "all:\n  children:\n    llmgw_nodes:\n      hosts: {}\n    llmgw_routers:\n      hosts:\n        r1: {}\n"
 
@@ -29,9 +32,13 @@ def make_site(root: Path) -> Path:
 def test_routers_need_the_token_and_their_reports_are_checked(tmp_path: Path) -> None:
     site = make_site(tmp_path / "site")
     ctl = Controller(site, branch=None, say=lambda _l: None)
-    token = router_token_for(Site.load(site).state_file)
-    assert token.startswith("llmgw-routers-") and token == router_token_for(Site.load(site).state_file)
-    api = TestClient(demand_app(ctl, lambda: token))
+    state_file = Site.load(site).state_file
+    keyring = EngineKeyring.beside(state_file)
+    token = router_token_for(state_file, "r1")
+    assert token.startswith("llmgw-router.r1.") and token == router_token_for(state_file, "r1")
+    assert router_of(keyring, token) == "r1" and router_of(keyring, token.replace(".r1.", ".r2.")) is None
+    assert router_token_for(state_file, "r2") != token
+    api = TestClient(demand_app(ctl, keyring))
     report = {"router": "r1", "process": "7", "replicas": {}, "waiting": {}, "model_idle_s": {}}
     assert api.post("/api/v1/demand/report", json=report).status_code == 401
     assert api.post("/api/v1/demand/report", json=report, headers={"Authorization": "Bearer nope"}).status_code == 401
@@ -47,9 +54,10 @@ def test_routers_need_the_token_and_their_reports_are_checked(tmp_path: Path) ->
 def test_an_activation_that_cannot_be_placed_is_refused_with_the_reason(tmp_path: Path) -> None:
     site = make_site(tmp_path / "site")
     ctl = Controller(site, branch=None, say=lambda _l: None)
-    token = router_token_for(Site.load(site).state_file)
-    routers = TestClient(demand_app(ctl, lambda: token))
-    admin = TestClient(controller_app(ctl))
+    state_file = Site.load(site).state_file
+    token = router_token_for(state_file, "r1")
+    routers = TestClient(demand_app(ctl, EngineKeyring.beside(state_file)))
+    admin = admin_client(ctl)
     auth = {"Authorization": f"Bearer {token}"}
     ctl.demand_tick()  # reads the catalog: the model's hold bound
     asks = [routers.post("/api/v1/demand/activate", json={"model": "new"}, headers=auth).json() for _ in range(5)]

@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw.apply import Applier
-from llmgw.apply.controller_token import router_token_for
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.hosts import Progress, RouterView
 from llmgw.apply.on_demand_plans import deactivation_plan
 from llmgw.controller import Controller
 from llmgw.controller import scaler as scaler_mod
-from llmgw.controller.api import controller_app, demand_app
+from llmgw.controller.api import demand_app
 from llmgw.controller.demand import ReplicaLoad, Report
 from llmgw.errors import RunnerError
 from llmgw.planner import Action, Desired, Plan, Rejection, Summary, Unplaced, make_plan
@@ -31,6 +31,7 @@ from llmgw.views.demand import demand_view
 from tests.apply.test_executor import REPO, Recorder
 from tests.controller.support import NEW
 from tests.controller.test_demand_api import make_site
+from tests.support.operators import admin_client
 
 
 def replica(rid: str) -> Replica:
@@ -209,9 +210,8 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def test_the_admin_api_exports_activations_and_scale_decisions_by_outcome(ctl: Controller,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    admin = TestClient(controller_app(ctl))
-    token = router_token_for(Site.load(ctl.site_dir).state_file)
-    routers = TestClient(demand_app(ctl, lambda: token))
+    admin = admin_client(ctl)
+    routers = TestClient(demand_app(ctl, EngineKeyring.beside(Site.load(ctl.site_dir).state_file)))
     assert routers.get("/metrics").status_code == 404  # not on the routers' listener
     FakeApplier.fail = RunnerError("engines failed on n1")
     ctl.scaler.ask("new", lambda _m: False)

@@ -27,7 +27,7 @@ import pytest
 import uvicorn
 
 from llmgw.apply import wiring
-from llmgw.apply.controller_token import router_token_for
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.wheelhouse import wheelhouse
 from llmgw.controller import Controller
 from llmgw.controller.api import demand_app
@@ -128,8 +128,8 @@ def demand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demand]:
         pin = pytest.MonkeyPatch()
         pin.setattr(wiring, "wheelhouse", lambda: built)
         ctl = Controller(it.site, branch=None, grace=30, say=lambda line: print(f"controller: {line}"))
-        token = router_token_for(Site.load(it.site).state_file)
-        server = uvicorn.Server(uvicorn.Config(demand_app(ctl, lambda: token), host=url.split("//")[1].split(":")[0],
+        keyring = EngineKeyring.beside(Site.load(it.site).state_file)  # what each router's token is made from
+        server = uvicorn.Server(uvicorn.Config(demand_app(ctl, keyring), host=url.split("//")[1].split(":")[0],
                                                port=port, log_level="warning"))
         api = threading.Thread(target=server.run, daemon=True)
         api.start()

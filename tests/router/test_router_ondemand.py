@@ -21,6 +21,7 @@ import pytest
 import uvicorn
 
 from llmgw.apply.controller_token import router_token_for
+from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.controller import Controller
 from llmgw.controller.api import demand_app
 from llmgw.router.activator import TOKEN_FILE, ControllerClient
@@ -177,9 +178,11 @@ def test_the_router_asks_a_real_controller_over_http_and_passes_its_refusal_on(
         tmp_path: Path, state: StateFile, start_router: Callable[..., RunningRouter], api_key: str) -> None:
     site = make_site(tmp_path / "site")  # model `new`, min 0; no node can take it
     ctl = Controller(site, branch=None, say=lambda _l: None)
-    token = router_token_for(Site.load(site).state_file)
+    state_file = Site.load(site).state_file
+    token = router_token_for(state_file, "r1")
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(demand_app(ctl, lambda: token), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(demand_app(ctl, EngineKeyring.beside(state_file)), host="127.0.0.1",
+                                           port=port,
                                            log_level="warning"))
     api = threading.Thread(target=server.run, daemon=True)
     api.start()

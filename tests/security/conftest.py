@@ -12,3 +12,4 @@ from tests.router.conftest import (  # noqa: F401 - fixtures, found by pytest un
     start_router,
     state,
 )
+from tests.state.conftest import pg_admin, pg_state  # noqa: F401 - a fresh PostgreSQL schema per test

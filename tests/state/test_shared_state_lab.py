@@ -31,6 +31,7 @@ from llmgw.site import Site
 from llmgw.state import WriteMeta, backend_for
 from tests.support.cli import run_cli
 from tests.support.lab import Lab, lab
+from tests.support.operators import admin_client
 from tests.support.traffic import Hammer
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine, pytest.mark.postgres]
@@ -132,7 +133,9 @@ def controller_follows_the_repository(a: Lab, tmp_path: Path) -> None:
         hammer.join(60)
         assert hammer.ok > 0 and hammer.failures == [], hammer.failures[:5]
 
-        assert run_cli("-C", str(work), "approve", str(down.id)).exit_code == 0
+        # An operator approves through the controller's admin API (`llmgw approve` posts the same).
+        approved = admin_client(ctl).post(f"/api/v1/runs/{down.id}/approve", json={})
+        assert approved.status_code == 200 and approved.json()["approved_by"] == "tester", approved.text
         ctl.tick()
         assert ctl.runs.get(down.id).status == "applied", ctl.runs.get(down.id).log
         assert ctl.backend.read().replicas == []
