@@ -216,8 +216,10 @@ class PgRuns(RunStore):
     def __init__(self, backend: PostgresBackend, *, create: bool = True) -> None:
         self.backend = backend
         with backend.transaction() as cur:  # the backend's connection: one per process
-            cur.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() "
-                        "AND table_name = 'llmgw_controller_runs' AND column_name IN ('id', 'seal')")
+            # The catalog, not information_schema: that shows only columns the role may use, so a
+            # read-only follower would see no table and answer "no run" where the truth is "denied".
+            cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('llmgw_controller_runs') "
+                        "AND attname IN ('id', 'seal') AND NOT attisdropped")
             found = int(cur.fetchone()[0])
             self.exists = found > 0
             if create and found < 2:

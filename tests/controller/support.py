@@ -73,9 +73,10 @@ def clone(repo: Path, where: Path) -> Path:
     return where
 
 
-def seed_applied(site_dir: Path) -> State:
-    """The state as if the first commit had been applied (replica old-1 ready on n1)."""
-    site = Site.load(site_dir)
+def seed_applied(site_dir: Path, runtime: Path | None = None) -> State:
+    """The state as if the first commit had been applied (replica old-1 ready on n1), where a
+    controller with runtime folder `runtime` keeps it (a local state lives there)."""
+    site = Site.load(site_dir, runtime=runtime)
     plan = make_plan(load_inputs(site))
     with backend_for(site) as backend:
         return backend.write(plan.applied(State(lineage="")), expect_serial=0, meta=WriteMeta("seed"))

@@ -57,7 +57,8 @@ class Waiting:
 def waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Waiting]:
     repo = site_repo(tmp_path, "state.json")
     work = clone(repo, tmp_path / "work")
-    seed_applied(work)
+    runtime = tmp_path / "runtime"
+    seed_applied(work, runtime)
     commit(repo, {"catalog/new.yaml": NEW, "catalog/old.yaml": None, "hosts.yml": EMPTY},
            "old and n1 replaced by on-demand new: destroys old-1, so it waits for approval")
     home = tmp_path / "controller-home"
@@ -67,7 +68,7 @@ def waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Waiting
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "llmgw"), "-C", str(work), "controller", "run", "--interval", "0.3",
-             "--listen", f"127.0.0.1:{port}"],
+             "--listen", f"127.0.0.1:{port}", "--runtime-dir", str(runtime)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(os.environ))
     url = f"http://127.0.0.1:{port}"
 
