@@ -155,7 +155,8 @@ def test_llamacpp_single_node_and_rpc_workers(rendered: tuple[Path, dict[str, st
                       "--port", "20001"]
     unit = units["llmgw-tiny-1-1"]
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "LimitMEMLOCK=infinity",
-                 "Restart=on-failure", "User=llmgw", "SyslogIdentifier=llmgw-tiny-1-1", "LimitNOFILE=65536"):
+                 "Restart=on-failure", "DynamicUser=yes", "User=llmgw-tiny-1-1", "SyslogIdentifier=llmgw-tiny-1-1",
+                 "LimitNOFILE=65536"):
         assert line in unit.splitlines()
     assert "CUDA_VISIBLE_DEVICES" not in env_of(unit)
     verify(tmp_path, "llmgw-tiny-1-0")
@@ -173,7 +174,9 @@ def test_sglang_reads_its_key_from_a_file_of_options_never_its_command_line(
         rendered: tuple[Path, dict[str, str]]) -> None:
     _, units = rendered
     keyed = exec_start(units["llmgw-sg-1-0"])
-    assert after(keyed, "--config") == "/etc/llmgw/engine-keys/llmgw-sg-1-0.yaml"
+    # The unit's own copy of the root-only file (LoadCredential=), readable by its user alone.
+    assert after(keyed, "--config") == "/run/credentials/llmgw-sg-1-0.service/key.yaml"
+    assert "LoadCredential=key.yaml:/etc/llmgw/engine-keys/llmgw-sg-1-0.yaml" in units["llmgw-sg-1-0"].splitlines()
     assert "--api-key" not in keyed
     assert "--config" not in exec_start(units["llmgw-sg-2-1"])  # no key given: none named
     llama = units["llmgw-tiny-9-0"]  # llama.cpp reads its key from the environment file

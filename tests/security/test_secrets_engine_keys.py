@@ -127,8 +127,7 @@ def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Pa
     (keys_dir).mkdir(mode=0o700)
     (keys_dir / "llmgw-old-1-0.env").write_text("LLAMA_API_KEY=stale\n")
     (keys_dir / "llmgw-old-1-0.yaml").write_text('{"api_key": "stale"}\n')
-    # The engine's group (SGLang opens its key file itself): root's here, where no llmgw group need exist.
-    extra = {"llmgw_engine_keys_dir": str(keys_dir), "shards": shards, "llmgw_engine_group": "root",
+    extra = {"llmgw_engine_keys_dir": str(keys_dir), "shards": shards,
              "llmgw_engine_api_keys": {"llmgw-tiny-0-0": KEY, "llmgw-big-1-0": KEY.replace("k", "v"),
                                        "llmgw-sg-1-0": KEY.replace("k", "s")}}
     done = run_playbook(Path(__file__).with_name("engine_keys.yml"), extra, verbose=True)
@@ -142,12 +141,13 @@ def test_the_engine_role_writes_keys_root_only_and_never_shows_them(tmp_path: Pa
     for f in (llama, vllm):
         assert stat.S_IMODE(f.stat().st_mode) == 0o600 and f.stat().st_uid == 0
     assert not (keys_dir / "llmgw-old-1-0.env").exists() and not (keys_dir / "llmgw-old-1-0.yaml").exists()
-    # SGLang reads its key from a file of options (--config) it opens as the engine user.
+    # SGLang reads its key from a file of options (--config): root-only, handed to its unit alone
+    # as a credential (LoadCredential=), so no other engine's user can read it.
     sglang = keys_dir / "llmgw-sg-1-0.yaml"
     assert json.loads(sglang.read_text()) == {"api-key": KEY.replace("k", "s")}
-    assert stat.S_IMODE(sglang.stat().st_mode) == 0o640 and sglang.stat().st_uid == 0
+    assert stat.S_IMODE(sglang.stat().st_mode) == 0o600 and (sglang.stat().st_uid, sglang.stat().st_gid) == (0, 0)
     assert not (keys_dir / "llmgw-sg-1-0.env").exists()
-    assert stat.S_IMODE(keys_dir.stat().st_mode) == 0o750
+    assert stat.S_IMODE(keys_dir.stat().st_mode) == 0o700 and keys_dir.stat().st_gid == 0
 
 
 def test_the_optional_firewall_admits_only_the_given_sources(tmp_path: Path) -> None:
