@@ -141,7 +141,13 @@ class RunResult:
 
 
 def _message(res: Mapping[str, Any]) -> str:
-    """The one line that says why a task failed: msg, else stderr's last line."""
+    """The one line that says why a task failed: msg, else stderr's last line; for a loop, the
+    first failed item's (Ansible's own msg then is only "One or more items failed")."""
+    items = res.get("results")
+    if isinstance(items, list):
+        for item in items:
+            if isinstance(item, dict) and item.get("failed") and (why := _message(item)):
+                return why
     for key in ("msg", "reason", "stderr", "module_stderr", "exception"):
         value = res.get(key)
         if isinstance(value, str) and value.strip():

@@ -60,7 +60,10 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
            for where, text in _strings(dict(entry), "shard")
            if (m := _CONTROL.search(text))]
     for key, pattern in PATTERNS.items():
-        value = entry.get(key, "")
+        # Ansible hands an empty optional string over as null (the role's argument spec has no
+        # default for it): absent and null are "", which the optional patterns take.
+        value = entry.get(key)
+        value = "" if value is None else value
         if not isinstance(value, str) or not pattern.match(value):
             out.append(f"{key} {value!r} does not match {pattern.pattern}")
     path = str(entry.get("model_path", ""))

@@ -104,6 +104,18 @@ def test_check_mode_and_limit(tmp_path: Path) -> None:
     assert not (tmp_path / "touched-here-1").exists()
 
 
+def test_a_failed_loop_names_the_item_that_failed(tmp_path: Path) -> None:
+    """Ansible's message for a loop is "One or more items failed": the host's error is the
+    failed item's own (the preflight's refusals are a loop over shards)."""
+    book = tmp_path / "loop.yml"
+    book.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n    - name: check each\n"
+                    "      ansible.builtin.assert:\n        that: item != 'b'\n"
+                    "        fail_msg: item {{ item }} is bad\n"
+                    "      loop: [a, b, c]\n")
+    result = run_playbook(book, inventory(tmp_path), limit="here-1")
+    assert result.host_errors == {"here-1": "failed: item b is bad"}
+
+
 def test_a_playbook_ansible_cannot_run_is_an_error(tmp_path: Path) -> None:
     book = tmp_path / "broken.yml"
     book.write_text("- hosts: all\n  tasks:\n    - name: x\n      no.such.module_at_all: {}\n")

@@ -37,3 +37,16 @@ def test_preflight_passes_a_clean_shard(tmp_path: Path) -> None:
                           extravars={"shards": [_shard(env={"VLLM_LOGGING_LEVEL": "b c"},
                                                        args=["--max-model-len", "y z"])]})
     assert result.ok, result.host_errors
+
+
+def test_preflight_passes_a_shard_as_apply_writes_it(tmp_path: Path) -> None:
+    """Control, in the shape apply's executor writes (`_shard_entry`): an empty fabric, no
+    adapters, a lineage, an arg that YAML reads as a number. The role's argument spec hands an
+    empty optional string over as null; refusing that refused every single-node shard."""
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    shard = _shard(gpus=[], state="present", lineage="34e197d3-cae7-435b-9872-63f5e20c8b48",
+                   rank=0, nodes=1, leader="192.0.2.1", peers=["192.0.2.1:20000"], fabric="", ib_hcas=[],
+                   args=["--max-model-len", "2048"], env={}, trust_remote_code=False)
+    result = run_playbook(HERE / "preflight.yml", inv, extravars={"shards": [shard]})
+    assert result.ok, result.host_errors
