@@ -136,11 +136,13 @@ class PlannedReplica(_Model):
     @model_validator(mode="after")
     def _formed_by_llmgw(self) -> PlannedReplica:
         # Derived values must be what the planner derives: units from the id and rank, the
-        # endpoint from rank 0's address and port, the cache entry from the source.
+        # endpoint from rank 0's address and port (a kept replica keeps the state's endpoint,
+        # checked against the inventory when the state was read: planner.load.check_endpoints),
+        # the cache entry from the source.
         check_shards(self.id, [(s.rank, s.unit) for s in self.shards])
         first = next(s for s in self.shards if s.rank == 0)
         host = endpoint_host(self.endpoint, first.port)
-        if first.address and host != first.address:
+        if self.status == "new" and host != first.address:
             raise ValueError(f"endpoint {self.endpoint!r} is not on rank 0's node {first.node} "
                              f"(address {first.address})")
         if self.status == "new" and (self.source is None or self.cache_name is None

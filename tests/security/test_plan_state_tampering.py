@@ -148,8 +148,7 @@ def test_a_tampered_cache_name_in_the_state_is_refused(site: Path, cache_name: s
     ("unit", "llmgw-router.service"),          # another unit of llmgw's: stopping it stops the router
     ("unit", "llmgw-x-1-0.service\nExecStart=/bin/sh"),
     ("node", "gpu-node-01\n[Service]"),
-    ("port", 0),
-    ("port", 70000),
+    ("node", "../../etc"),
 ])
 def test_a_tampered_shard_in_the_state_is_refused(site: Path, field: str, value: object) -> None:
     state_file = site / "state.json"
