@@ -214,3 +214,13 @@ def test_plan_refuses_a_file_source_outside_every_model_dir(bare: Path, source: 
     reasons = {r["node"]: r["reason"] for r in unplaced["rejections"]}
     assert reasons["l40s-01"] == ("l40s-01: file:///etc/shadow is outside its llmgw_model_dirs (/srv/models); "
                                   "a file:// source must lie under one of them")
+
+
+@pytest.mark.parametrize("address", ["198.51.100.99@192.0.2.11", "192.0.2.11:9999", "192.0.2.11/x"])
+def test_an_inventory_address_that_is_not_a_host_is_refused(bare: Path, address: str) -> None:
+    """A node's address becomes its replicas' endpoints: one with userinfo, a port or a path would
+    send the routers (and their engine keys) somewhere else than the node."""
+    hosts = bare / "inventory" / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("{ansible_host: 192.0.2.11}", f"{{ansible_host: '{address}'}}"))
+    refused(llmgw(bare, "plan", child=True), rf"hosts\.yml:\d+: host gpu-node-01: ansible_host is .*, expected an IP "
+                                             "address or a DNS name")
