@@ -517,7 +517,7 @@ class _Planner:
                 if m.name == self.trace.model:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
         return schema.Plan(state_serial=self.state.serial, state_lineage=self.state.lineage, summary=summary,
-                    actions=actions, desired=schema.Desired(replicas=desired, models=records), unplaced=unplaced,
+                    actions=actions, desired=schema.Desired.placed(desired, records), unplaced=unplaced,
                     on_demand=on_demand, notes=[*self._notes(), *self._floor_notes(placed)])
 
     def _floor_notes(self, placed: dict[str, int]) -> list[str]:

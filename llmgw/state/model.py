@@ -38,8 +38,12 @@ ReplicaState = Literal["starting", "ready", "draining"]
 # as inventory host names, units and endpoints as llmgw forms them (below), free text as one
 # bounded line. The plan's schema (llmgw.planner.schema) uses the same types.
 _NAME_BODY = NAME_RE.removeprefix("^").removesuffix("$")
-# A replica id is `<model>-<n>` (planner.reconcile), its units `llmgw-<replica id>-<rank>.service`.
-REPLICA_ID_RE = rf"^{_NAME_BODY}-[0-9]{{1,9}}$"
+# The planner makes replica ids `<model>-<n>` (planner.reconcile) and facts recognise llmgw's
+# units by that shape (UNIT_RE, planner.spec.parse_unit); what a plan or a state may hold is
+# a catalog name, `-<n>` or not, and its units `llmgw-<replica id>-<rank>.service`.
+_REPLICA_BODY = rf"{_NAME_BODY}(?:-[0-9]{{1,9}})?"
+REPLICA_ID_RE = rf"^{_REPLICA_BODY}$"
+UNIT_NAME_RE = rf"^llmgw-{_REPLICA_BODY}-[0-9]{{1,4}}\.service$"
 UNIT_RE = re.compile(rf"^llmgw-(?P<replica>{_NAME_BODY}-[0-9]{{1,9}})-(?P<rank>[0-9]{{1,4}})\.service$")
 LINEAGE_RE = r"^[A-Za-z0-9._-]{0,64}$"  # a uuid4 (llmgw makes them); empty: none yet
 SPEC_HASH_RE = r"^(?:[0-9a-f]{16})?$"  # planner.spec.spec_hash; empty: made before hashes were kept
@@ -72,7 +76,7 @@ def _prose(value: str) -> str:
 
 
 ReplicaId = Annotated[str, Field(pattern=REPLICA_ID_RE)]
-UnitName = Annotated[str, Field(pattern=UNIT_RE.pattern)]
+UnitName = Annotated[str, Field(pattern=UNIT_NAME_RE)]
 HostName = Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_host_name)]
 Lineage = Annotated[str, Field(pattern=LINEAGE_RE)]
 SpecHash = Annotated[str, Field(pattern=SPEC_HASH_RE)]

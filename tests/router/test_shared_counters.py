@@ -24,7 +24,7 @@ def table() -> SharedTable:
 
 def test_every_worker_counts_in_its_row_and_readers_sum(table: SharedTable) -> None:
     w0, w1 = SharedTable(table.fd, row=0), SharedTable(table.fd, row=1)
-    a, b, seen = SharedRuntime(rec("m-1"), w0), SharedRuntime(rec("m-1"), w1), SharedRuntime(rec("m-1"), table)
+    a, b, seen = SharedRuntime(rec("r1"), w0), SharedRuntime(rec("r1"), w1), SharedRuntime(rec("r1"), table)
     assert seen.last_used is None
     a.begin()
     a.begin()
@@ -42,26 +42,26 @@ def test_processes_agree_on_slots_and_a_full_table_reuses_a_gone_idle_one(table:
     w0, w1 = SharedTable(table.fd, row=0), SharedTable(table.fd, row=1)
     assert [w0.slot(f"r{i}") for i in range(4)] == [0, 1, 2, 3]
     assert [w1.slot(f"r{i}") for i in (3, 1)] == [3, 1]  # found by id, not by order
-    busy = SharedRuntime(rec("m-0"), w0)
+    busy = SharedRuntime(rec("r0"), w0)
     busy.begin()
     # Full: r0 is busy, r1 and r3 are in the state; r2 is neither, so its slot is reused, zeroed.
-    done = SharedRuntime(rec("m-2"), w1)
+    done = SharedRuntime(rec("r2"), w1)
     done.begin()
     done.end()
-    assert w0.slot("new", live=["m-1", "m-3"]) == 2
+    assert w0.slot("new", live=["r1", "r3"]) == 2
     assert SharedRuntime(rec("new"), table).requests == 0  # r2's counts do not carry over
     with pytest.raises(RuntimeError, match="busy"):
-        w1.slot("another", live=["m-1", "m-3", "new"])
+        w1.slot("another", live=["r1", "r3", "new"])
 
 
 def test_a_dead_workers_row_is_cleared_but_its_requests_stay_counted(table: SharedTable) -> None:
     w1 = SharedTable(table.fd, row=1)
-    r = SharedRuntime(rec("m-1"), w1)
+    r = SharedRuntime(rec("r1"), w1)
     r.begin()
     r.begin()
     w1.routing_by(7)
     table.clear_row(1)
-    seen = SharedRuntime(rec("m-1"), table)
+    seen = SharedRuntime(rec("r1"), table)
     assert (seen.in_flight, seen.requests) == (0, 2)
     assert table.serials[1] == 0
 
@@ -78,11 +78,11 @@ def test_tables_keep_shared_runtimes_across_reloads(table: SharedTable) -> None:
     def make(record: Replica, live: object) -> SharedRuntime:
         return SharedRuntime(record, w0)
 
-    t1 = RoutingTable(State(lineage="x", serial=1, replicas=[rec("m-1")]), runtime=make)
-    t1.replicas["m-1"].begin()
-    t2 = RoutingTable(State(lineage="x", serial=2, replicas=[rec("m-1"), rec("m-2")]), t1.replicas, runtime=make)
-    assert t2.replicas["m-1"] is t1.replicas["m-1"] and t2.replicas["m-1"].in_flight == 1
-    assert isinstance(t2.replicas["m-2"], SharedRuntime)
+    t1 = RoutingTable(State(lineage="x", serial=1, replicas=[rec("r1")]), runtime=make)
+    t1.replicas["r1"].begin()
+    t2 = RoutingTable(State(lineage="x", serial=2, replicas=[rec("r1"), rec("r2")]), t1.replicas, runtime=make)
+    assert t2.replicas["r1"] is t1.replicas["r1"] and t2.replicas["r1"].in_flight == 1
+    assert isinstance(t2.replicas["r2"], SharedRuntime)
 
 
 def test_only_our_table_is_accepted() -> None:
