@@ -149,10 +149,15 @@ def site_plan(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> tuple[PlanInputs
 
 
 def check_replanned(saved: Plan, fresh: Plan, where: str) -> None:
-    """Refuse a saved plan that is not, byte for byte, the plan its site's inputs give now."""
-    if saved.to_json() == fresh.to_json():
+    """Refuse a saved plan that is not, byte for byte, the plan its site's inputs give now.
+
+    Inputs that changed without changing the plan (facts gathered again) leave it applicable:
+    what is applied is exactly what the inputs give now. The digest only tells the two
+    refusals apart."""
+    same_inputs = saved.model_copy(update={"inputs_digest": fresh.inputs_digest})
+    if same_inputs.to_json() == fresh.to_json():
         return
-    at, was, now = _first_difference(saved.model_dump(mode="json"), fresh.model_dump(mode="json"), "")
+    at, was, now = _first_difference(same_inputs.model_dump(mode="json"), fresh.model_dump(mode="json"), "")
     differs = f"at {at or 'the top'} the saved plan has {_short(was)} where planning now gives {_short(now)}"
     if saved.inputs_digest != fresh.inputs_digest:
         raise PlanError(f"{where} was made from other inputs than the site holds now (its catalog, inventory, "

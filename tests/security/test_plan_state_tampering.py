@@ -222,5 +222,13 @@ def test_an_inventory_address_that_is_not_a_host_is_refused(bare: Path, address:
     send the routers (and their engine keys) somewhere else than the node."""
     hosts = bare / "inventory" / "hosts.yml"
     hosts.write_text(hosts.read_text().replace("{ansible_host: 192.0.2.11}", f"{{ansible_host: '{address}'}}"))
-    refused(llmgw(bare, "plan", child=True), rf"hosts\.yml:\d+: host gpu-node-01: ansible_host is .*, expected an IP "
+    refused(llmgw(bare, "plan", child=True), r"hosts\.yml:\d+: host gpu-node-01: ansible_host is .*, expected an IP "
                                              "address or a DNS name")
+
+
+def test_inputs_that_changed_without_changing_the_plan_leave_it_applicable(bare: Path) -> None:
+    """The control for the two above: facts gathered again (the digest moves, the plan does not)."""
+    path, _ = saved_plan(bare)
+    facts = bare / "facts" / "cpu-01.json"
+    facts.write_text(facts.read_text() + "\n")
+    refused(llmgw(bare, "apply", str(path), "--auto-approve", child=True), RECORDED)
