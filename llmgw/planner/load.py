@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -118,26 +119,31 @@ def inputs_digest(site: Site, state: State) -> str:
     again, can tell a plan whose inputs moved on from one edited after it was saved."""
     h = hashlib.sha256()
     h.update(json.dumps({"lineage": state.lineage, "serial": state.serial}, sort_keys=True).encode())
-    inventory = site.inventory
-    for files in ([site.root / SITE_FILE], catalog_files(site.catalog_dir), _files(inventory, "*"),
-                  _files(site.facts_dir, "*.json")):
+    root = str(site.root)
+    for files in ([str(site.root / SITE_FILE)], [str(p) for p in catalog_files(site.catalog_dir)],
+                  _files(str(site.inventory), ""), _files(str(site.facts_dir), ".json")):
         for f in files:
             try:
-                data = f.read_bytes()
+                with open(f, "rb") as fh:
+                    data = fh.read()
             except OSError:  # gone (or unreadable) now: loading it failed already, or it is not an input
                 continue
-            name = f.relative_to(site.root).as_posix() if f.is_relative_to(site.root) else f.as_posix()
-            h.update(b"%d:%s\0%d:" % (len(name.encode()), name.encode(), len(data)))
+            name = (os.path.relpath(f, root) if f.startswith(root + os.sep) else f).encode()
+            h.update(b"%d:%s\0%d:" % (len(name), name, len(data)))
             h.update(data)
     return h.hexdigest()
 
 
-def _files(path: Path, pattern: str) -> list[Path]:
-    """`path` itself, or the files under it matching `pattern` (no hidden ones), in order."""
-    if not path.is_dir():
+def _files(path: str, suffix: str) -> list[str]:
+    """`path` itself, or the files under it whose names end in `suffix` (no hidden ones), in
+    order. os.walk, not Path.rglob: a 4,096-host facts cache took pathlib half a second."""
+    if not os.path.isdir(path):
         return [path]
-    return sorted(p for p in path.rglob(pattern)
-                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    found: list[str] = []
+    for top, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found.extend(os.path.join(top, n) for n in names if n.endswith(suffix) and not n.startswith("."))
+    return sorted(found)
 
 
 def site_plan(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> tuple[PlanInputs, Plan]:

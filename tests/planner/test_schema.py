@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,3 +200,24 @@ def test_values_llmgw_derives_must_be_what_it_derives(field: tuple[str | int, ..
     parent[last] = value
     with pytest.raises(PlanError, match=error):
         load_plan(json.dumps(raw), "p.json")
+
+
+def test_the_inputs_digest_follows_every_input_and_not_the_folder(tmp_path: Path) -> None:
+    from llmgw.planner.load import inputs_digest
+    from llmgw.site import Site
+    from tests.support.example_site import example_site
+
+    one, two = example_site(tmp_path / "1", state=False), example_site(tmp_path / "2", state=False)
+    empty = State(lineage="")
+    base = inputs_digest(Site.load(one), empty)
+    assert inputs_digest(Site.load(two), empty) == base  # a copy elsewhere: the same inputs
+    assert inputs_digest(Site.load(one), State(lineage="", serial=1)) != base
+    for rel in ("catalog/chat.yaml", "inventory/hosts.yml", "facts/cpu-01.json", "llmgw.yaml"):
+        path = two / rel
+        path.write_text(path.read_text() + "\n# changed\n" if rel.endswith((".yaml", ".yml")) else
+                        path.read_text() + "\n")
+        assert inputs_digest(Site.load(two), empty) != base, rel
+        base = inputs_digest(Site.load(two), empty)
+    (two / "facts" / ".hidden.json").write_text("{}")
+    (two / "notes.txt").write_text("not an input")
+    assert inputs_digest(Site.load(two), empty) == base
