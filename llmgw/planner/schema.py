@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -38,8 +39,7 @@ from llmgw.state.model import (
     problems,
 )
 from llmgw.state.model import Source as SourceUrl
-from llmgw.weights.names import cache_name as cache_name_of
-from llmgw.weights.names import is_cache_name
+from llmgw.weights.names import cache_name, is_cache_name
 from llmgw.yamlio import json_text
 
 PLAN_VERSION: Literal[1] = 1
@@ -92,8 +92,9 @@ def _trusted(cls: type[_M], fields: dict[str, Any]) -> _M:
 # (llmgw.state.model): a saved plan is a file anyone with write access to it could have edited,
 # and its values reach unit files, host paths and the URLs routers send engine keys to.
 Address = Annotated[str, Field(max_length=253)]  # a host name or IP; empty only for a node gone from the inventory
-CacheName = Annotated[str, Field(max_length=200)]  # weights.names.cache_name(source), checked in PlannedReplica
+CacheName = Annotated[str, Field(max_length=200)]  # _cache_entry(source), checked in PlannedReplica
 Digest = Annotated[str, Field(pattern=r"^(?:[0-9a-f]{64})?$")]
+_cache_entry = lru_cache(maxsize=4096)(cache_name)  # weights.names.cache_name, per source: replicas share a few
 
 
 class PlannedShard(_Model):
@@ -145,14 +146,13 @@ class PlannedReplica(_Model):
         if self.status == "new" and host != first.address:
             raise ValueError(f"endpoint {self.endpoint!r} is not on rank 0's node {first.node} "
                              f"(address {first.address})")
-        if self.status == "new" and (self.source is None or self.cache_name is None
-                                     or self.args is None or self.env is None):
+        if self.status == "new" and any(v is None for v in (self.source, self.cache_name, self.args, self.env)):
             raise ValueError("a new replica needs its source, cache_name, args and env")
         if self.cache_name is not None and (
                 self.source is None or not is_cache_name(self.cache_name)
-                or self.cache_name != cache_name_of(self.source)):
+                or self.cache_name != _cache_entry(self.source)):
             raise ValueError(f"cache_name {self.cache_name!r} is not the cache entry of its source "
-                             f"({cache_name_of(self.source) if self.source else 'none given'})")
+                             f"({_cache_entry(self.source) if self.source else 'none given'})")
         return self
 
     @classmethod

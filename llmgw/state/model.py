@@ -21,6 +21,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -61,6 +62,7 @@ def _host_name(value: str) -> str:
     return value
 
 
+@lru_cache(maxsize=4096)  # a fleet's replicas share a few hundred sources at most
 def _source(value: str) -> str:
     # The catalog's own rule for a source (Model's validator), so a plan or a state can name only
     # what a catalog could.
