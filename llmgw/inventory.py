@@ -63,7 +63,6 @@ INVENTORY_MEMORY_BYTES = 4 * 1024**3
 INVENTORY_FILE_BYTES = 64 * 1024 * 1024  # per file; a 4,096-host inventory is a few MB
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _DNS_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
-_CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True)
@@ -163,9 +162,11 @@ def _host(name: str, hv: dict[str, Any], groups: frozenset[str], path: Path = Pa
     if not isinstance(cache, str) or not cache.startswith("/"):
         raise problem("llmgw_cache_dir", "an absolute path")
     mgmt = hv.get("llmgw_mgmt_address") or hv.get("ansible_host") or name
-    if not isinstance(mgmt, str) or not mgmt or _CONTROL.search(mgmt) or "{" in mgmt:
+    # It becomes the replica's endpoint (http://ADDRESS:PORT), which plans and the state hold
+    # and check on load (llmgw.state.model): a DNS name or an IP address, as host names are.
+    if not isinstance(mgmt, str) or not is_host_name(mgmt):
         key = "llmgw_mgmt_address" if hv.get("llmgw_mgmt_address") else "ansible_host"
-        raise problem(key, "an address or host name (no spaces, control characters or templates)")
+        raise problem(key, "an IP address or a DNS name (no spaces, ports, paths, control characters or templates)")
     return Host(name=name, groups=groups, node_state=cast(NodeState, state),
                 labels={str(k): str(v) for k, v in labels.items()}, model_dirs=list(dirs),
                 cache_dir=cache, mgmt_address=str(mgmt), vars=hv)

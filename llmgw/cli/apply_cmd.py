@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,8 @@ from llmgw.apply import applier_for, check_fresh
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.output import console, err_console
 from llmgw.errors import UsageError
-from llmgw.planner import Plan, load_plan, make_plan
-from llmgw.planner.load import load_inputs
+from llmgw.planner import Plan, load_plan
+from llmgw.planner.load import check_replanned, site_plan
 from llmgw.planner.render import render_plan
 from llmgw.runner import default_forks
 from llmgw.state import LockInfo, WriteMeta, backend_for, git_commit, lock_waiting
@@ -87,18 +86,21 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
     New replicas serve before old ones are drained and stopped; the state file is written after
     every step, so an interrupted apply is finished by the next `llmgw plan` and `llmgw apply`.
     """
+    # A saved plan is read, checked and made again before anything else, the recorded-site
+    # guard included: a plan that is not what its inputs give is refused wherever it is applied.
+    # Planning contacts no host.
+    if plan_file is not None:
+        saved = _load_plan(plan_file)
+        inputs, plan = site_plan(app.site)
+        check_fresh(saved, inputs.state)
+        check_replanned(saved, plan, str(plan_file))
     site = app.live_site("apply")
     backend = backend_for(site)
     click.get_current_context().call_on_close(backend.close)
-    if plan_file is not None:
-        plan = _load_plan(plan_file)
-        check_fresh(plan, backend.read())
-    else:
-        inputs = load_inputs(site)
-        plan = make_plan(inputs)
+    if plan_file is None:
+        inputs, plan = site_plan(site)
         click.echo(render_plan(plan, inputs.state), nl=False)
-    meta = WriteMeta("apply", plan=hashlib.sha256(plan.to_json().encode()).hexdigest()[:12],
-                     git_commit=git_commit(site.root))
+    meta = WriteMeta("apply", plan=plan.digest()[:12], git_commit=git_commit(site.root))
     if not plan.has_changes:
         if plan_file is not None:
             click.echo("No changes. The fleet matches the catalog.")

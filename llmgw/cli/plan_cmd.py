@@ -9,8 +9,7 @@ import click
 
 from llmgw import collector
 from llmgw.cli.context import AppContext, pass_app
-from llmgw.planner import make_plan
-from llmgw.planner.load import load_inputs
+from llmgw.planner.load import load_inputs, site_plan
 from llmgw.planner.render import render_plan
 from llmgw.yamlio import atomic_write
 
@@ -40,8 +39,7 @@ def plan(app: AppContext, out: Path | None, as_json: bool, detailed_exitcode: bo
 
 def _plan(app: AppContext, out: Path | None, as_json: bool) -> bool:
     """Make, save and show the plan; whether it has changes."""
-    inputs = load_inputs(app.site)
-    result = make_plan(inputs)
+    inputs, result = site_plan(app.site)
     text = result.to_json()
     if out is not None:
         atomic_write(out, text)

@@ -11,6 +11,7 @@ change together on each `take`; apart, each would need the others' internals.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -137,6 +138,21 @@ def _file_path(source: str) -> str | None:
     return unquote(parsed.path) if parsed.scheme == "file" else None
 
 
+def model_file(source: str) -> str | None:
+    """The path a file:// source names, `..` folded as the host's check folds it (weights module
+    `local_path`, which also follows links: a path that passes here may still be refused there)."""
+    return posixpath.normpath(source[len("file://"):]) if source.startswith("file://") else None
+
+
+def in_model_dirs(path: str, dirs: Sequence[str]) -> bool:
+    """Whether `path` (normalised) lies strictly under one of `dirs` (a folder that is not `/`)."""
+    for d in dirs:
+        root = posixpath.normpath(d).rstrip("/")
+        if root and path.startswith(root + "/"):
+            return True
+    return False
+
+
 def _basename(source: str) -> str:
     return source.rstrip("/").rsplit("/", 1)[-1]
 
@@ -177,6 +193,9 @@ class StaticKey:
     gpus: int
     memory_gb: float
     multi_node: bool
+    # A file:// source's path (`model_file`): only nodes listing a folder above it in
+    # llmgw_model_dirs can serve it, as the host's weights module refuses any other path.
+    model_file: str | None = None
 
 
 GroupKey = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)

@@ -5,20 +5,28 @@ This is the planner's only impure part; everything after it is a function of wha
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from llmgw import collector
 from llmgw.catalog import load_catalog
+from llmgw.catalog.load import catalog_files
+from llmgw.errors import PlanError, StateError
 from llmgw.fabric import FabricIndex as RealFabricIndex
 from llmgw.fabric import fabrics_from_facts
 from llmgw.fabric.hostmap import HostFabricMap, capture_key
 from llmgw.facts import memo
 from llmgw.facts.cache import MEMO_MIN_FILES, read_facts
 from llmgw.facts.records import HostFacts
-from llmgw.inventory import load_inventory
+from llmgw.inventory import Host, load_inventory
 from llmgw.planner.inputs import FabricIndex, PlanInputs
-from llmgw.site import Site
+from llmgw.planner.reconcile import make_plan
+from llmgw.planner.schema import Plan
+from llmgw.planner.spec import endpoint_url
+from llmgw.site import SITE_FILE, Site
 from llmgw.state import State, backend_for
 from llmgw.weights.check import pin_catalog, unservable_sources
 from llmgw.weights.sources import read_sources
@@ -75,10 +83,118 @@ def weight_sizes(facts_dir: Path) -> dict[str, int | None]:
     return sizes
 
 
-def _read_state(site: Site) -> State:
-    """The newest state from the site's backend (a file, or PostgreSQL)."""
+def _read_state(site: Site, nodes: Mapping[str, Host]) -> State:
+    """The newest state from the site's backend (a file, or PostgreSQL), its endpoints checked
+    against the inventory."""
     with backend_for(site) as backend:
-        return backend.read()
+        state = backend.read()
+        check_endpoints(state, nodes, backend.where)
+    return state
+
+
+def check_endpoints(state: State, nodes: Mapping[str, Host], where: str) -> None:
+    """Refuse a state whose replica is reached anywhere but at its rank-0 node's address.
+
+    The state's schema checks that each endpoint is formed as llmgw forms it, with the rank-0
+    shard's port (llmgw.state.model); only the inventory knows the node's address. Routers send
+    a replica its engine key and its traffic at this endpoint: an edited one sends both away."""
+    for i, r in enumerate(state.replicas):
+        first = next(s for s in r.shards if s.rank == 0)
+        host = nodes.get(first.node)
+        if host is not None and r.endpoint != endpoint_url(host.mgmt_address, first.port):
+            raise StateError(
+                f"{where}: replicas[{i}].endpoint: replica {r.id} is recorded at {r.endpoint}, but its rank-0 "
+                f"shard runs on {first.node}, whose address is {host.mgmt_address} (llmgw_mgmt_address, "
+                "else ansible_host, in the inventory)",
+                hint="the state was edited, or the node's address changed under running replicas: restore the "
+                     f"state from its history or a backup; or set {first.node}'s address back, drain the node "
+                     "(`llmgw drain`), apply, and only then change it", host=first.node)
+
+
+def inputs_digest(site: Site, state: State) -> str:
+    """SHA-256 of what `llmgw plan` reads: every file of the catalog, the inventory and the facts
+    cache (by path relative to the site, and content), llmgw.yaml, and the state's lineage and serial.
+
+    A saved plan records it (Plan.inputs_digest) so that `apply PLAN`, which makes the plan
+    again, can tell a plan whose inputs moved on from one edited after it was saved."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"lineage": state.lineage, "serial": state.serial}, sort_keys=True).encode())
+    root = str(site.root)
+    for files in ([str(site.root / SITE_FILE)], [str(p) for p in catalog_files(site.catalog_dir)],
+                  _files(str(site.inventory), ""), _files(str(site.facts_dir), ".json")):
+        for f in files:
+            try:
+                with open(f, "rb") as fh:
+                    data = fh.read()
+            except OSError:  # gone (or unreadable) now: loading it failed already, or it is not an input
+                continue
+            name = (os.path.relpath(f, root) if f.startswith(root + os.sep) else f).encode()
+            h.update(b"%d:%s\0%d:" % (len(name), name, len(data)))
+            h.update(data)
+    return h.hexdigest()
+
+
+def _files(path: str, suffix: str) -> list[str]:
+    """`path` itself, or the files under it whose names end in `suffix` (no hidden ones), in
+    order. os.walk, not Path.rglob: a 4,096-host facts cache took pathlib half a second."""
+    if not os.path.isdir(path):
+        return [path]
+    found: list[str] = []
+    for top, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found.extend(os.path.join(top, n) for n in names if n.endswith(suffix) and not n.startswith("."))
+    return sorted(found)
+
+
+def site_plan(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> tuple[PlanInputs, Plan]:
+    """A site's current plan inputs and the plan they give, stamped with the inputs' digest:
+    what `llmgw plan` saves and `llmgw apply` makes (again, for a saved plan)."""
+    inputs = load_inputs(site, memo_min=memo_min)
+    plan = make_plan(inputs)
+    return inputs, plan.model_copy(update={"inputs_digest": inputs_digest(site, inputs.state)})
+
+
+def check_replanned(saved: Plan, fresh: Plan, where: str) -> None:
+    """Refuse a saved plan that is not, byte for byte, the plan its site's inputs give now.
+
+    Inputs that changed without changing the plan (facts gathered again) leave it applicable:
+    what is applied is exactly what the inputs give now. The digest only tells the two
+    refusals apart."""
+    same_inputs = saved.model_copy(update={"inputs_digest": fresh.inputs_digest})
+    if same_inputs.to_json() == fresh.to_json():
+        return
+    at, was, now = _first_difference(same_inputs.model_dump(mode="json"), fresh.model_dump(mode="json"), "")
+    differs = f"at {at or 'the top'} the saved plan has {_short(was)} where planning now gives {_short(now)}"
+    if saved.inputs_digest != fresh.inputs_digest:
+        raise PlanError(f"{where} was made from other inputs than the site holds now (its catalog, inventory, "
+                        f"facts or state changed since): {differs}",
+                        hint="make a new plan with `llmgw plan --out FILE`, review it, and apply that")
+    raise PlanError(f"{where} is not the plan its inputs give: {differs}; it was edited after `llmgw plan` "
+                    "saved it (or made by another llmgw)",
+                    hint="do not apply it: make the plan again with `llmgw plan --out FILE` and review that")
+
+
+def _first_difference(a: object, b: object, path: str) -> tuple[str, object, object]:
+    """The first field path where two JSON values differ, and both values there."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(a.keys() | b.keys()):
+            if a.get(k, _ABSENT) != b.get(k, _ABSENT):
+                return _first_difference(a.get(k, _ABSENT), b.get(k, _ABSENT), f"{path}.{k}" if path else k)
+    elif isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            if x != y:
+                return _first_difference(x, y, f"{path}[{i}]")
+        if len(a) != len(b):
+            return f"{path} (length)", len(a), len(b)
+    return path, a, b
+
+
+_ABSENT = "(absent)"
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value) if value != _ABSENT else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def load_inputs(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> PlanInputs:
@@ -96,6 +212,6 @@ def _load_inputs(site: Site, *, memo_min: int) -> PlanInputs:
     nodes = inventory.nodes
     return PlanInputs(
         catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
-        state=_read_state(site), fabrics=placement_fabrics(facts, site.facts_dir.resolve(), memo_min=memo_min),
+        state=_read_state(site, nodes), fabrics=placement_fabrics(facts, site.facts_dir.resolve(), memo_min=memo_min),
         ports=site.config.ports,
         weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned})

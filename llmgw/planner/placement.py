@@ -41,6 +41,8 @@ from llmgw.planner.fleet import (
     SetScore,
     StaticKey,
     fmt_gb,
+    in_model_dirs,
+    model_file,
 )
 from llmgw.planner.spreading import Grouping, SpreadIndex
 
@@ -65,7 +67,7 @@ class Need:
         for name, value in (("source", self.model.source), ("gpus", p.gpus), ("gpu_class", p.gpu_class),
                             ("memory_mb", p.min_memory_gb * MB_PER_GB),
                             ("key", StaticKey(p.gpu_class, tuple(sorted(p.node_selector.items())), p.gpus,
-                                              p.min_memory_gb, needs_fabric(p)))):
+                                              p.min_memory_gb, needs_fabric(p), model_file(self.model.source)))):
             object.__setattr__(self, name, value)
 
 
@@ -137,6 +139,10 @@ def static_reason(node: NodeView, key: StaticKey, nodes_wanted: int) -> str | No
         return f"{n}: has {fmt_gb(node.mem_mb / MB_PER_GB)} GB of memory, needs {fmt_gb(key.memory_gb)}"
     if key.multi_node and not node.fabrics:
         return f"{n}: on no InfiniBand fabric, and a {nodes_wanted}-node profile needs one"
+    if key.model_file is not None and not in_model_dirs(key.model_file, node.host.model_dirs):
+        dirs = ", ".join(node.host.model_dirs) or "none set"
+        return (f"{n}: file://{key.model_file} is outside its llmgw_model_dirs ({dirs}); a file:// source must "
+                "lie under one of them")
     return None
 
 
@@ -233,7 +239,9 @@ def static_ok(node: NodeView, key: StaticKey) -> bool:
             return False
     if key.memory_gb > 0 and node.mem_mb is not None and node.mem_mb < key.memory_gb * MB_PER_GB:
         return False
-    return not (key.multi_node and not node.fabrics)
+    if key.multi_node and not node.fabrics:
+        return False
+    return key.model_file is None or in_model_dirs(key.model_file, host.model_dirs)
 
 
 def static_set(fleet: Fleet, need: Need) -> list[NodeView]:

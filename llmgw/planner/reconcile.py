@@ -34,7 +34,7 @@ from llmgw.planner.fleet import MB_PER_GB, Fleet, NodeView, fmt_gb
 from llmgw.planner.inputs import PlanInputs
 from llmgw.planner.placement import Choice, Need, Verdict, choose, rejections, verdicts
 from llmgw.planner.schema import replica_sort_key
-from llmgw.planner.spec import parse_unit, spec_hash, unit_name
+from llmgw.planner.spec import endpoint_url, parse_unit, spec_hash, unit_name
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
 from llmgw.weights.hub import is_repo_source
 from llmgw.weights.names import cache_name
@@ -68,11 +68,6 @@ def _units_fresh(view: NodeView) -> bool:
     """Whether a node's facts list its units and are current enough to claim drift."""
     f = view.facts
     return f is not None and f.units is not None and not f.stale
-
-
-def _endpoint(address: str, port: int) -> str:
-    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
-    return f"http://{host}:{port}"
 
 
 def _record(m: Model) -> ModelRecord:
@@ -314,7 +309,7 @@ class _Planner:
                                                      unit=unit_name(rid, rank), address=node.host.mgmt_address))
         return schema.PlannedReplica.placed(
             id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
-            endpoint=_endpoint(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
+            endpoint=endpoint_url(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
             fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
             args=list(profile.args), env=dict(profile.env), trust_remote_code=profile.trust_remote_code or None)
 
@@ -522,7 +517,7 @@ class _Planner:
                 if m.name == self.trace.model:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
         return schema.Plan(state_serial=self.state.serial, state_lineage=self.state.lineage, summary=summary,
-                    actions=actions, desired=schema.Desired(replicas=desired, models=records), unplaced=unplaced,
+                    actions=actions, desired=schema.Desired.placed(desired, records), unplaced=unplaced,
                     on_demand=on_demand,
                     notes=[*self._notes(), *self._floor_notes(placed), *self._above_min_notes(old, placed)])
 

@@ -5,19 +5,44 @@ This module is the contract; the reconciler (`reconcile.py`) makes plans, apply 
 apply never acts on a plan written by an incompatible llmgw. Every action and every replica not
 moved carries a machine-readable `code` beside its prose `reason`: scripts match the code, people
 read the reason.
+
+Why long: the contract is one file on purpose, and a saved plan is hostile input, so each record
+carries its own checks (every string that reaches a unit, a path or a URL) beside its fields.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any, Literal, TypeVar, get_args
+from functools import lru_cache
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmgw import collector
+from llmgw.catalog.schema import Engine, EnvName, Name, Text
 from llmgw.errors import PlanError
+from llmgw.inventory import is_host_name
 from llmgw.planner.spec import replica_number
 from llmgw.state import ModelRecord, Replica, Shard, State
+from llmgw.state.model import (
+    Count,
+    GpuIndex,
+    HostName,
+    Line,
+    Lineage,
+    Port,
+    Prose,
+    Rank,
+    ReplicaId,
+    SpecHash,
+    UnitName,
+    check_shards,
+    endpoint_host,
+    problems,
+)
+from llmgw.state.model import Source as SourceUrl
+from llmgw.weights.names import cache_name, is_cache_name
 from llmgw.yamlio import json_text
 
 PLAN_VERSION: Literal[1] = 1
@@ -66,13 +91,28 @@ def _trusted(cls: type[_M], fields: dict[str, Any]) -> _M:
     return record
 
 
+# Every value of a plan is checked when a plan is read back (load_plan), with the state's types
+# (llmgw.state.model): a saved plan is a file anyone with write access to it could have edited,
+# and its values reach unit files, host paths and the URLs routers send engine keys to.
+Address = Annotated[str, Field(max_length=253)]  # a host name or IP; empty only for a node gone from the inventory
+CacheName = Annotated[str, Field(max_length=200)]  # _cache_entry(source), checked in PlannedReplica
+Digest = Annotated[str, Field(pattern=r"^(?:[0-9a-f]{64})?$")]
+_cache_entry = lru_cache(maxsize=4096)(cache_name)  # weights.names.cache_name, per source: replicas share a few
+
+
 class PlannedShard(_Model):
-    node: str
-    rank: int
-    gpus: list[int] = Field(default_factory=list)
-    port: int
-    unit: str
-    address: str  # the node's management address, where routers and other ranks reach it
+    node: HostName
+    rank: Rank
+    gpus: list[GpuIndex] = Field(default_factory=list)
+    port: Port
+    unit: UnitName
+    address: Address  # the node's management address, where routers and other ranks reach it
+
+    @model_validator(mode="after")
+    def _address(self) -> PlannedShard:
+        if self.address and not is_host_name(self.address):
+            raise ValueError(f"address {self.address!r} is not a host name or an IP address")
+        return self
 
     @classmethod
     def placed(cls, node: str, rank: int, gpus: list[int], port: int, unit: str, address: str) -> PlannedShard:
@@ -82,23 +122,44 @@ class PlannedShard(_Model):
 
 
 class PlannedReplica(_Model):
-    id: str
-    model: str
-    profile: str
-    engine: str
-    shards: list[PlannedShard]
+    id: ReplicaId
+    model: Name
+    profile: Name
+    engine: Engine
+    shards: Annotated[list[PlannedShard], Field(min_length=1)]
     endpoint: str
-    spec_hash: str
+    spec_hash: SpecHash
     status: Literal["new", "kept"]
-    fabric: str | None = None  # the fabric joining a multi-node replica's shards
+    fabric: Line | None = None  # the fabric joining a multi-node replica's shards
     # What apply needs to make a new replica (None on kept ones: apply leaves them alone).
-    source: str | None = None
-    cache_name: str | None = None
-    args: list[str] | None = None
-    env: dict[str, str] | None = None
+    source: SourceUrl | None = None
+    cache_name: CacheName | None = None
+    args: list[Text] | None = None
+    env: dict[EnvName, Text] | None = None
     # The profile's key: the engine runs the model's own code. True or None (never False), so a
     # plan without it reads as before the key existed.
     trust_remote_code: bool | None = None
+
+    @model_validator(mode="after")
+    def _formed_by_llmgw(self) -> PlannedReplica:
+        # Derived values must be what the planner derives: units from the id and rank, the
+        # endpoint from rank 0's address and port (a kept replica keeps the state's endpoint,
+        # checked against the inventory when the state was read: planner.load.check_endpoints),
+        # the cache entry from the source.
+        check_shards(self.id, [(s.rank, s.unit) for s in self.shards])
+        first = next(s for s in self.shards if s.rank == 0)
+        host = endpoint_host(self.endpoint, first.port)
+        if self.status == "new" and host != first.address:
+            raise ValueError(f"endpoint {self.endpoint!r} is not on rank 0's node {first.node} "
+                             f"(address {first.address})")
+        if self.status == "new" and any(v is None for v in (self.source, self.cache_name, self.args, self.env)):
+            raise ValueError("a new replica needs its source, cache_name, args and env")
+        if self.cache_name is not None and (
+                self.source is None or not is_cache_name(self.cache_name)
+                or self.cache_name != _cache_entry(self.source)):
+            raise ValueError(f"cache_name {self.cache_name!r} is not the cache entry of its source "
+                             f"({_cache_entry(self.source) if self.source else 'none given'})")
+        return self
 
     @classmethod
     def placed(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard],
@@ -122,74 +183,87 @@ class PlannedReplica(_Model):
 
 
 class UnitRef(_Model):
-    node: str
-    unit: str
+    node: HostName
+    unit: UnitName
 
 
 class Action(_Model):
     action: Literal["create", "replace", "destroy", "update"]
-    replica: str | None  # None for `update` (a model's record for the routers)
-    model: str
+    replica: ReplicaId | None  # None for `update` (a model's record for the routers)
+    model: Name
     code: ReasonCode
-    reason: str
-    replaces: str | None = None  # for `replace`: the replica destroyed once the new one serves
+    reason: Prose
+    replaces: ReplicaId | None = None  # for `replace`: the replica destroyed once the new one serves
     units: list[UnitRef] = Field(default_factory=list)  # for `destroy`: what to stop and remove
     stray: bool = False  # a `destroy` of units the state never recorded (drift)
 
 
 class Rejection(_Model):
-    profile: str
-    node: str | None
-    fabric: str | None = None
-    reason: str
+    profile: Name
+    node: HostName | None
+    fabric: Line | None = None
+    reason: Prose
 
 
 class NotMoved(_Model):
-    replica: str
+    replica: ReplicaId
     code: ReasonCode  # why it had to move
-    reason: str
+    reason: Prose
 
 
 class Unplaced(_Model):
-    model: str
-    wanted: int
-    placed: int
+    model: Name
+    wanted: Count
+    placed: Count
     rejections: list[Rejection] = Field(default_factory=list)
     not_moved: list[NotMoved] = Field(default_factory=list)
 
 
 class OnDemand(_Model):
-    model: str
-    max: int
-    idle_timeout: int
-    running: int
+    model: Name
+    max: Count
+    idle_timeout: Count
+    running: Count
 
 
 class Desired(_Model):
     replicas: list[PlannedReplica] = Field(default_factory=list)
     models: list[ModelRecord] = Field(default_factory=list)
 
+    @classmethod
+    def placed(cls, replicas: list[PlannedReplica], models: list[ModelRecord]) -> Desired:
+        """The planner's own replicas (see `_trusted`): pydantic runs an instance's after-validators
+        again in a list it validates, a quarter of re-planning an unchanged 10,000-replica fleet."""
+        return _trusted(cls, {"replicas": replicas, "models": models})
+
 
 class Summary(_Model):
-    add: int = 0
-    change: int = 0
-    destroy: int = 0
+    add: Count = 0
+    change: Count = 0
+    destroy: Count = 0
 
 
 class Plan(_Model):
     version: Literal[1] = PLAN_VERSION
-    state_serial: int
-    state_lineage: str
+    state_serial: Annotated[int, Field(ge=0)]
+    state_lineage: Lineage
+    # A digest of what the plan was made from (llmgw.planner.load.inputs_digest): `apply PLAN`
+    # makes the plan again and names this when the two differ. Empty: made without a site.
+    inputs_digest: Digest = ""
     summary: Summary
     actions: list[Action] = Field(default_factory=list)
     desired: Desired
     unplaced: list[Unplaced] = Field(default_factory=list)
     on_demand: list[OnDemand] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
+    notes: list[Prose] = Field(default_factory=list)
 
     @property
     def has_changes(self) -> bool:
         return bool(self.actions)
+
+    def digest(self) -> str:
+        """SHA-256 of the plan's JSON: what the state's history records a write was made from."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     def to_json(self) -> str:
         with collector.paused():  # a plan of 10,000 replicas is ~1M small objects
@@ -278,5 +352,7 @@ def load_plan(text: str | bytes, where: str) -> Plan:
     try:
         return Plan.model_validate(raw)
     except ValidationError as exc:
-        raise PlanError(f"{where} is not a llmgw plan: {str(exc).splitlines()[0]}",
-                        hint="save a plan with `llmgw plan --out FILE`") from None
+        found = problems(exc, where)
+        raise PlanError(f"{where} is not a llmgw plan: {found[0].removeprefix(where + ': ')}", detail=found[1:],
+                        hint="llmgw writes plans and never reads a hand-edited one: make it again with "
+                             "`llmgw plan --out FILE`") from None

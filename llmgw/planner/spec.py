@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 from llmgw.catalog import Model, Profile
 
-UNIT_RE = re.compile(r"^llmgw-(?P<replica>[a-z0-9][a-z0-9._-]*-\d+)-(?P<rank>\d+)\.service$")
+# Defined with the state's schema, which checks every unit name it holds against them.
+from llmgw.state.model import UNIT_RE, endpoint_url, unit_name
 
-
-def unit_name(replica_id: str, rank: int) -> str:
-    """The systemd unit of one shard: `llmgw-<replica-id>-<rank>.service`."""
-    return f"llmgw-{replica_id}-{rank}.service"
+__all__ = ["UNIT_RE", "endpoint_url", "parse_unit", "replica_number", "spec_hash", "unit_name"]
 
 
 def parse_unit(name: str) -> tuple[str, int] | None:
     """(replica id, rank) of a shard unit name; None for any other unit (the router's, ...)."""
-    m = UNIT_RE.match(name)
+    m = UNIT_RE.fullmatch(name)  # fullmatch: `$` alone lets a trailing newline through
     return (m.group("replica"), int(m.group("rank"))) if m else None
 
 

@@ -17,16 +17,111 @@ state has moved on.
 from __future__ import annotations
 
 import json
+import re
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from llmgw.catalog.schema import NAME_RE, Engine, Model, Name, check_text
 from llmgw.errors import StateError
+from llmgw.inventory import is_host_name
 
 STATE_VERSION = 1
 ReplicaState = Literal["starting", "ready", "draining"]
+
+# What a plan or a state may hold. Both are files (or rows) that llmgw reads back, and their
+# values reach unit files, paths on hosts and URLs the routers send keys to, so they are
+# checked on load like the catalog (SECURITY.md): names by the catalog's own patterns, hosts
+# as inventory host names, units and endpoints as llmgw forms them (below), free text as one
+# bounded line. The plan's schema (llmgw.planner.schema) uses the same types.
+_NAME_BODY = NAME_RE.removeprefix("^").removesuffix("$")
+# The planner makes replica ids `<model>-<n>` (planner.reconcile) and facts recognise llmgw's
+# units by that shape (UNIT_RE, planner.spec.parse_unit); what a plan or a state may hold is
+# a catalog name, `-<n>` or not, and its units `llmgw-<replica id>-<rank>.service`.
+_REPLICA_BODY = rf"{_NAME_BODY}(?:-[0-9]{{1,9}})?"
+REPLICA_ID_RE = rf"^{_REPLICA_BODY}$"
+UNIT_NAME_RE = rf"^llmgw-{_REPLICA_BODY}-[0-9]{{1,4}}\.service$"
+UNIT_RE = re.compile(rf"^llmgw-(?P<replica>{_NAME_BODY}-[0-9]{{1,9}})-(?P<rank>[0-9]{{1,4}})\.service$")
+LINEAGE_RE = r"^[A-Za-z0-9._-]{0,64}$"  # a uuid4 (llmgw makes them); empty: none yet
+SPEC_HASH_RE = r"^(?:[0-9a-f]{16})?$"  # planner.spec.spec_hash; empty: made before hashes were kept
+# One file name in a host's weights cache: no `/`, no leading dot (so never `..`). The plan holds
+# exactly `weights.names.cache_name(source)`; this is what the state's copy must at least be.
+CACHE_FILE_RE = r"^[0-9A-Za-z][0-9A-Za-z._-]{0,127}$"
+_ENDPOINT = re.compile(r"^http://(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\[\]/:@?#]+)):(?P<port>[0-9]{1,5})$")
+LINE_MAX = 256  # a fabric id, a profile's label...: one short line
+PROSE_MAX = 65536  # a reason or a note, which may list many nodes
+
+
+def _host_name(value: str) -> str:
+    if not is_host_name(value):
+        raise ValueError(f"{value!r} is not a host name or an IP address (as the inventory names hosts)")
+    return value
+
+
+@lru_cache(maxsize=4096)  # a fleet's replicas share a few hundred sources at most
+def _source(value: str) -> str:
+    # The catalog's own rule for a source (Model's validator), so a plan or a state can name only
+    # what a catalog could.
+    return str(Model._known_scheme(check_text(value)))
+
+
+def _prose(value: str) -> str:
+    m = re.search(r"[\x00-\x1f\x7f]", value)
+    if m:
+        raise ValueError(f"contains the control character {m.group()!r}; llmgw writes one line of printable text "
+                         "here: the file was edited, make it again")
+    return value
+
+
+ReplicaId = Annotated[str, Field(pattern=REPLICA_ID_RE)]
+UnitName = Annotated[str, Field(pattern=UNIT_NAME_RE)]
+HostName = Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_host_name)]
+Lineage = Annotated[str, Field(pattern=LINEAGE_RE)]
+SpecHash = Annotated[str, Field(pattern=SPEC_HASH_RE)]
+CacheFile = Annotated[str, Field(pattern=CACHE_FILE_RE)]
+Source = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_source)]
+Line = Annotated[str, Field(max_length=LINE_MAX), AfterValidator(check_text)]
+Prose = Annotated[str, Field(max_length=PROSE_MAX), AfterValidator(_prose)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+Rank = Annotated[int, Field(ge=0, le=1023)]  # a profile spans at most 1,024 nodes
+GpuIndex = Annotated[int, Field(ge=0, le=1023)]
+Count = Annotated[int, Field(ge=0, le=10_000_000)]
+
+
+def unit_name(replica_id: str, rank: int) -> str:
+    """The systemd unit of one shard: `llmgw-<replica-id>-<rank>.service`."""
+    return f"llmgw-{replica_id}-{rank}.service"
+
+
+def endpoint_url(address: str, port: int) -> str:
+    """Where routers reach a replica: its rank-0 shard's node address and port."""
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"http://{host}:{port}"
+
+
+def endpoint_host(endpoint: str, port: int) -> str:
+    """The address in an endpoint `http://ADDRESS:PORT`, checked to be formed as llmgw forms it
+    (`endpoint_url`) with the rank-0 shard's `port`; a ValueError says what is wrong."""
+    m = _ENDPOINT.match(endpoint)
+    address = (m.group("v6") or m.group("host")) if m else None
+    if m is None or address is None or not is_host_name(address) or endpoint_url(address, port) != endpoint:
+        raise ValueError(f"endpoint {endpoint!r} is not http://ADDRESS:{port}, the address and port of the "
+                         "replica's rank-0 shard")
+    return address
+
+
+def check_shards(replica_id: str, shards: Sequence[tuple[int, str]]) -> None:
+    """A replica's shards as (rank, unit): ranks 0..n-1 once each, units named after the replica and rank."""
+    ranks = sorted(rank for rank, _ in shards)
+    if ranks != list(range(len(shards))):
+        raise ValueError(f"shard ranks are {ranks}; a replica's shards are ranks 0 to {len(shards) - 1}, once each")
+    for rank, unit in shards:
+        if unit != unit_name(replica_id, rank):
+            raise ValueError(f"shard {rank}'s unit is {unit!r}; llmgw names it {unit_name(replica_id, rank)}")
 
 
 class _Model(BaseModel):
@@ -34,9 +129,9 @@ class _Model(BaseModel):
 
 
 class ScalingRecord(_Model):
-    min: int
-    max: int
-    idle_timeout: int  # seconds
+    min: Annotated[int, Field(ge=0, le=10_000)]
+    max: Annotated[int, Field(ge=0, le=10_000)]
+    idle_timeout: Annotated[int, Field(ge=0)]  # seconds
 
 
 # How a router picks among a model's replicas (llmgw/router/balance.py); the catalog's
@@ -47,45 +142,54 @@ Routing = Literal["least-load", "prefix-affinity"]
 class ModelRecord(_Model):
     """What a router needs of a catalog model."""
 
-    name: str
-    aliases: list[str] = Field(default_factory=list)
-    fallbacks: list[str] = Field(default_factory=list)
+    name: Name
+    aliases: list[Name] = Field(default_factory=list)
+    fallbacks: list[Name] = Field(default_factory=list)
     scaling: ScalingRecord
     routing: Routing = "least-load"
 
 
 class Shard(_Model):
-    node: str
-    rank: int
-    gpus: list[int] = Field(default_factory=list)
-    port: Annotated[int, Field(ge=1, le=65535)]
-    unit: str  # systemd unit name on `node`
+    node: HostName
+    rank: Rank
+    gpus: list[GpuIndex] = Field(default_factory=list)
+    port: Port
+    unit: UnitName  # systemd unit name on `node`
 
 
 class Replica(_Model):
-    id: str
-    model: str
-    profile: str
-    engine: str
+    id: ReplicaId
+    model: Name
+    profile: Name
+    engine: Engine
     state: ReplicaState
     endpoint: str  # where the router sends requests: rank 0's http://address:port
-    shards: list[Shard]
+    shards: Annotated[list[Shard], Field(min_length=1)]
     created_at: datetime | None = None
     # A fingerprint of the profile and source the replica was made from; a change
     # means the definition changed and the replica is replaced.
-    spec_hash: str = ""
+    spec_hash: SpecHash = ""
     # The weights cache entry the replica serves from, so weights GC never takes the
     # weights of a replica whose model has already left the catalog.
-    cache_name: str | None = None
+    cache_name: CacheFile | None = None
     # The weights source as fetched; a whole Hugging Face repository pinned to the commit
     # it was planned with (hf://org/repo@COMMIT), so the weights a replica serves are on record.
-    source: str | None = None
+    source: Source | None = None
+
+    @model_validator(mode="after")
+    def _formed_by_llmgw(self) -> Replica:
+        # Units and the endpoint are derived from the id, the ranks and the rank-0 port: a state
+        # that says otherwise was edited (the endpoint's address is checked against the inventory
+        # when planning: llmgw.planner.load).
+        check_shards(self.id, [(s.rank, s.unit) for s in self.shards])
+        endpoint_host(self.endpoint, next(s.port for s in self.shards if s.rank == 0))
+        return self
 
 
 class State(_Model):
     version: Literal[1] = 1
-    serial: int = 0
-    lineage: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    serial: Annotated[int, Field(ge=0)] = 0
+    lineage: Lineage = Field(default_factory=lambda: str(uuid.uuid4()))
     models: list[ModelRecord] = Field(default_factory=list)
     replicas: list[Replica] = Field(default_factory=list)
 
@@ -96,12 +200,33 @@ class State(_Model):
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
 
 
+def problem_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field path: `replicas[3].shards[0].unit`."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def problems(exc: ValidationError, where: str, *, most: int = 5) -> list[str]:
+    """`where: field.path: what is wrong (got VALUE)` for the first `most` errors of a validation."""
+    out = []
+    for e in exc.errors()[:most]:
+        got = repr(e["input"]) if not isinstance(e["input"], dict | list) else ""
+        msg = e["msg"].removeprefix("Value error, ")
+        out.append(f"{where}: {problem_path(e['loc'])}: {msg}" + (f" (got {got[:120]})" if got else ""))
+    if exc.error_count() > most:
+        out.append(f"{where}: and {exc.error_count() - most} more")
+    return out
+
+
 def parse_state(text: str, where: str) -> State:
     """A state from its JSON text; `where` names its origin in the error."""
     try:
         return State.model_validate_json(text)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise StateError(f"{where} is not a llmgw state (version 1): {loc}: {first['msg']}",
-                         hint="restore it from version control or a backup; llmgw never edits it by hand") from None
+        found = problems(exc, where)
+        raise StateError(f"{where} is not a llmgw state (version 1): {found[0].removeprefix(where + ': ')}",
+                         detail=found[1:],
+                         hint="llmgw writes the state and never reads a hand-edited one: restore it from its "
+                              "backend's history, version control or a backup") from None

@@ -47,7 +47,7 @@ def test_an_activation_is_one_replica_and_max_caps_a_scale_up() -> None:
 def test_nothing_is_planned_past_max_or_when_nothing_fits() -> None:
     at_max = fleet(max_=1)
     rec = Replica(id="m-9", model="m", profile="gpu", engine="vllm", state="ready", endpoint="http://a:20000",
-                  shards=[Shard(node="a", rank=0, gpus=[0], port=20000, unit="llmgw-m-9.service")])
+                  shards=[Shard(node="a", rank=0, gpus=[0], port=20000, unit="llmgw-m-9-0.service")])
     full = dataclasses.replace(at_max, state=State(lineage="test", replicas=[rec]))
     with pytest.raises(PlanError, match=r"already runs 1 replicas, its scaling\.max"):
         activation_plan(full, "m", more=True, count=2)

@@ -36,7 +36,8 @@ from tests.support.operators import admin_client
 
 def replica(rid: str) -> Replica:
     return Replica(id=rid, model="new", profile="cpu", engine="llamacpp", state="ready",
-                   endpoint="http://192.0.2.9:20000", shards=[Shard(node="n1", rank=0, port=20000, unit=f"u-{rid}")])
+                   endpoint="http://192.0.2.9:20000",
+                   shards=[Shard(node="n1", rank=0, port=20000, unit=f"llmgw-{rid}-0.service")])
 
 
 class FakeApplier:

@@ -93,11 +93,14 @@ def test_gpus_used_by_replicas_are_not_free(example: Path) -> None:
     state = State(replicas=[
         Replica(id="llama-3.1-70b-1", model="llama-3.1-70b", profile="h100-tp4", engine="vllm", state="ready",
                 endpoint="http://192.0.2.11:20000",
-                shards=[Shard(node="gpu-node-01", rank=0, gpus=[0, 1, 2, 3], port=20000, unit="llmgw-a")]),
+                shards=[Shard(node="gpu-node-01", rank=0, gpus=[0, 1, 2, 3], port=20000,
+                              unit="llmgw-llama-3.1-70b-1-0.service")]),
         Replica(id="deepseek-v3-1", model="deepseek-v3", profile="h100-2x8", engine="sglang", state="ready",
                 endpoint="http://192.0.2.16:20001",
-                shards=[Shard(node="gpu-node-06", rank=0, gpus=[0, 1, 2, 4, 5, 6, 7], port=20001, unit="llmgw-b"),
-                        Shard(node="gpu-node-07", rank=1, gpus=[0, 1, 2, 3, 4, 6, 7], port=20001, unit="llmgw-c")]),
+                shards=[Shard(node="gpu-node-06", rank=0, gpus=[0, 1, 2, 4, 5, 6, 7], port=20001,
+                              unit="llmgw-deepseek-v3-1-0.service"),
+                        Shard(node="gpu-node-07", rank=1, gpus=[0, 1, 2, 3, 4, 6, 7], port=20001,
+                              unit="llmgw-deepseek-v3-1-1.service")]),
     ])
     write_state(example / "state.json", state)
     nodes = nodes_json(example)

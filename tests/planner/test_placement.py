@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from llmgw.facts.records import Weights
 from llmgw.planner import MapFabrics, Plan, make_plan
 from llmgw.planner.fleet import Fleet
@@ -194,7 +196,7 @@ def test_ports_come_from_the_range_and_run_out_with_a_reason() -> None:
 
 def test_static_sets_keep_exactly_the_nodes_static_reason_passes() -> None:
     """static_set asks the sentence-free `static_ok`; it must agree with `static_reason` on every
-    kind of node and ask (states, selectors, facts, GPU classes and counts, memory, fabrics)."""
+    kind of node and ask (states, selectors, facts, GPU classes and counts, memory, fabrics, file:// paths)."""
     from itertools import product
 
     from llmgw.planner.fleet import StaticKey
@@ -202,17 +204,20 @@ def test_static_sets_keep_exactly_the_nodes_static_reason_passes() -> None:
 
     hosts = [host("a", labels={"role": "x"}), host("b", "cordoned", {"role": "x"}), host("c", labels={"role": "y"}),
              host("d"), host("e", labels={"role": "x"}), host("f"), host("g"), host("h", "draining"),
-             host("i"), host("j"), host("k", labels={"role": "x", "zone": "1"})]
-    fs = [facts("a", 8, mem_gb=8), facts("c", 8), facts("d", 8, cls="A100-80GB"), facts("e", 2), facts("f", None),
+             host("i"), host("j"), host("k", labels={"role": "x", "zone": "1"}), host("l", model_dirs=()),
+             host("m", model_dirs=("/", "/srv/models/m.gguf"))]
+    fs = [facts("a", 8, mem_gb=8), facts("c", 8), facts("l", 8), facts("m", 8), facts("d", 8, cls="A100-80GB"),
+          facts("e", 2), facts("f", None),
           facts("g", gpu_list=gpus(8, sick={0: "GPU lost"})), facts("h", 8), facts("i", 0),
           facts("j", gpu_list=gpus(4) + [g.model_copy(update={"index": 4 + g.index}) for g in gpus(4, "A100-80GB")]),
           facts("k", 8, mem_gb=None)]
     fabrics = MapFabrics(leaves={n: {"ib0": {"mlx5_0": "leaf1"}} for n in "acdefgk"})
     m = model("m", gpu_profile())
     fleet = Fleet({h.name: h for h in hosts}, {f.host: f for f in fs}, fabrics, inputs([m], hosts).ports)
-    keys = [StaticKey(cls, sel, n_gpus, mem, multi)
-            for cls, sel, n_gpus, mem, multi in product((None, "H100-80GB", "A100-80GB"), ((), (("role", "x"),)),
-                                                         (0, 1, 4, 8), (0.0, 16.0), (False, True))]
+    keys = [StaticKey(cls, sel, n_gpus, mem, multi, path)
+            for cls, sel, n_gpus, mem, multi, path in product(
+                (None, "H100-80GB", "A100-80GB"), ((), (("role", "x"),)), (0, 1, 4, 8), (0.0, 16.0), (False, True),
+                (None, "/srv/models/m.gguf", "/etc/shadow"))]
     for key in keys:
         for node in fleet.nodes:
             assert static_ok(node, key) == (static_reason(node, key, 2) is None), (node.name, key)
@@ -271,3 +276,29 @@ def test_a_plan_leaves_no_reference_cycles() -> None:
         if was:
             gc.enable()
     assert len(placed_on(plan, "two")) == 1 and len(placed_on(plan, "one")) == 2
+
+
+@pytest.mark.parametrize(("source", "dirs", "inside"), [
+    ("file:///srv/models/m.gguf", ["/srv/models"], True),
+    ("file:///srv/models/sub/m.gguf", ["/srv/models/"], True),
+    ("file:///srv/models/a/../m.gguf", ["/srv/models"], True),
+    ("file:///srv/models/../../etc/shadow", ["/srv/models"], False),
+    ("file:///srv/models", ["/srv/models"], False),       # the folder itself is not a file in it
+    ("file:///srv/modelsX/m.gguf", ["/srv/models"], False),
+    ("file:///etc/shadow", ["/"], False),                  # `/` is never a model folder (nor on the host)
+    ("file:///etc/shadow", [], False),
+    ("file:///data/m.gguf", ["/srv/models", "/data"], True),
+])
+def test_a_file_source_must_lie_under_a_model_dir(source: str, dirs: list[str], inside: bool) -> None:
+    from llmgw.planner.fleet import in_model_dirs, model_file
+
+    path = model_file(source)
+    assert path is not None and in_model_dirs(path, dirs) == inside
+    m = model("m", gpu_profile())
+    m = m.model_copy(update={"source": source})
+    plan = make_plan(inputs([m], [host("n1", model_dirs=dirs)], [facts("n1", 8)]))
+    assert [r.shards[0].node for r in plan.desired.replicas] == (["n1"] if inside else [])
+    if not inside:
+        [reason] = [r.reason for r in plan.unplaced[0].rejections]
+        assert reason == (f"n1: file://{path} is outside its llmgw_model_dirs ({', '.join(dirs) or 'none set'}); "
+                          "a file:// source must lie under one of them")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ from llmgw.errors import PlanError
 from llmgw.planner import PLAN_VERSION, REASON_CODES, load_plan, make_plan
 from llmgw.planner.schema import PlannedReplica, PlannedShard
 from llmgw.state import State
+from llmgw.weights.names import cache_name
 from tests.support.plan_inputs import facts, gpu_profile, host, inputs, model
 
 M = model("m", gpu_profile(gpus=4), min=2)
@@ -101,8 +105,8 @@ def test_placed_records_are_the_validated_ones() -> None:
     assert list(shard.__dict__) == list(PlannedShard.model_fields)
     rep_kw: dict[str, Any] = dict(id="m-1", model="m", profile="p", engine="vllm", shards=[shard],
                                   endpoint="http://10.0.0.1:20000", spec_hash="0123456789abcdef", fabric="ib0",
-                                  source="hf://o/r/m.gguf", cache_name="m", args=["--x"], env={"A": "1"},
-                                      trust_remote_code=True)
+                                  source="hf://o/r/m.gguf", cache_name=cache_name("hf://o/r/m.gguf"), args=["--x"],
+                                  env={"VLLM_LOGGING_LEVEL": "1"}, trust_remote_code=True)
     rep = PlannedReplica.placed(**rep_kw)
     validated = PlannedReplica(status="new", **rep_kw)
     assert rep == validated
@@ -118,3 +122,103 @@ def test_placed_records_are_the_validated_ones() -> None:
     assert not PlannedReplica.__pydantic_post_init__ and not PlannedShard.__pydantic_post_init__
     with pytest.raises(ValidationError):
         rep.id = "other"
+
+
+def _strings(doc: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], bool]]:
+    """Every string of a JSON document: (its path, whether it is a mapping's key)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield (*path, k), True
+            yield from _strings(v, (*path, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _strings(v, (*path, i))
+    elif isinstance(doc, str):
+        yield path, False
+
+
+def _edited(doc: Any, path: tuple[str | int, ...], key: bool, suffix: str) -> Any:
+    doc = copy.deepcopy(doc)
+    *up, last = path
+    parent = doc
+    for p in up:
+        parent = parent[p]
+    if key:
+        parent[f"{last}{suffix}"] = parent.pop(last)
+    else:
+        parent[last] += suffix
+    return doc
+
+
+def example_plan() -> str:
+    """The example site's plan: new single- and multi-node replicas (a fabric, args, env),
+    model records, unplaced models with rejections, on-demand models."""
+    from llmgw.planner.load import site_plan
+    from llmgw.site import Site
+    from tests.support.example_site import EXAMPLE
+
+    return site_plan(Site.load(EXAMPLE))[1].to_json()
+
+
+def test_every_string_of_a_plan_is_checked_on_load() -> None:
+    """A newline added to any string of a saved plan (value or key) is refused, naming the field:
+    nothing in a plan can carry a line into a unit file. What the issue reproduced was `fabric`."""
+    raw = json.loads(example_plan())
+    raw["desired"]["replicas"][0]["env"] = {"VLLM_LOGGING_LEVEL": "INFO"}  # the example sets none
+    paths = list(_strings(raw))
+    fields = {tuple(p for p in path if isinstance(p, str)) for path, key in paths if not key}
+    assert {("desired", "replicas", "fabric"), ("desired", "replicas", "args"),
+            ("desired", "replicas", "env", "VLLM_LOGGING_LEVEL"),
+            ("unplaced", "rejections", "reason"), ("desired", "models", "aliases")} <= fields  # the example has them
+    for path, key in paths:
+        if (key and path[-2:-1] != ("env",)) or path == ("version",):
+            continue  # the schema's own field names: unknown ones are refused (extra="forbid")
+        with pytest.raises(PlanError, match=r"^p\.json is not a llmgw plan: ") as caught:
+            load_plan(json.dumps(_edited(raw, path, key, "\n[Service]\nExecStartPre=+/bin/sh")), "p.json")
+        assert caught.value.hint and "llmgw plan --out FILE" in caught.value.hint, path
+    load_plan(json.dumps(raw), "p.json")  # unedited, it loads
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    (("desired", "replicas", 0, "endpoint"), "http://198.51.100.1:20000", r"desired\.replicas\[0\]: .*rank 0's node"),
+    (("desired", "replicas", 0, "shards", 0, "unit"), "llmgw-other-1-0.service",
+     r"desired\.replicas\[0\]: shard 0's unit is 'llmgw-other-1-0.service'; llmgw names it llmgw-"),
+    (("desired", "replicas", 0, "shards", 0, "port"), 0, r"desired\.replicas\[0\]\.shards\[0\]\.port"),
+    (("desired", "replicas", 0, "shards", 0, "rank"), 5, r"desired\.replicas\[0\]: shard ranks are \[5"),
+    (("desired", "replicas", 0, "shards", 0, "address"), "10.0.0.1/evil", r"address '10\.0\.0\.1/evil'"),
+    (("desired", "replicas", 0, "cache_name"), "../../etc/x", r"desired\.replicas\[0\]: cache_name"),
+    (("desired", "replicas", 0, "source"), "gopher://x/y", r"desired\.replicas\[0\]\.source: .*not a source"),
+    (("desired", "replicas", 0, "id"), "m-1/../../x", r"desired\.replicas\[0\]\.id: String should match"),
+    (("state_lineage",), "../x", r"state_lineage"),
+])
+def test_values_llmgw_derives_must_be_what_it_derives(field: tuple[str | int, ...], value: object,
+                                                       error: str) -> None:
+    raw = json.loads(make_plan(inputs([M], HOSTS, FACTS)).to_json())
+    *up, last = field
+    parent: Any = raw
+    for p in up:
+        parent = parent[p]
+    parent[last] = value
+    with pytest.raises(PlanError, match=error):
+        load_plan(json.dumps(raw), "p.json")
+
+
+def test_the_inputs_digest_follows_every_input_and_not_the_folder(tmp_path: Path) -> None:
+    from llmgw.planner.load import inputs_digest
+    from llmgw.site import Site
+    from tests.support.example_site import example_site
+
+    one, two = example_site(tmp_path / "1", state=False), example_site(tmp_path / "2", state=False)
+    empty = State(lineage="")
+    base = inputs_digest(Site.load(one), empty)
+    assert inputs_digest(Site.load(two), empty) == base  # a copy elsewhere: the same inputs
+    assert inputs_digest(Site.load(one), State(lineage="", serial=1)) != base
+    for rel in ("catalog/chat.yaml", "inventory/hosts.yml", "facts/cpu-01.json", "llmgw.yaml"):
+        path = two / rel
+        path.write_text(path.read_text() + "\n# changed\n" if rel.endswith((".yaml", ".yml")) else
+                        path.read_text() + "\n")
+        assert inputs_digest(Site.load(two), empty) != base, rel
+        base = inputs_digest(Site.load(two), empty)
+    (two / "facts" / ".hidden.json").write_text("{}")
+    (two / "notes.txt").write_text("not an input")
+    assert inputs_digest(Site.load(two), empty) == base

@@ -20,7 +20,7 @@ TINY = model("tiny", cpu_profile(mem=1), min=2, max=2, source="file:///srv/model
 def node(name: str, state: str = "ready", *, domain: str | None = None, **labels: str) -> Host:
     hv: dict[str, Any] = {} if domain is None else {"llmgw_failure_domain": domain}
     return Host(name=name, groups=frozenset({"llmgw_nodes"}), node_state=state,  # type: ignore[arg-type]
-                labels=dict(labels), mgmt_address=name, vars=hv)
+                labels=dict(labels), model_dirs=["/srv/models"], mgmt_address=name, vars=hv)
 
 
 def holding(name: str, source: str, n_gpus: int | None = 0) -> Any:

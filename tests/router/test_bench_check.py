@@ -24,6 +24,7 @@ from llmgw.probe.bench import Sample, percentile, summarize
 from llmgw.probe.verify import replica_verifier
 from llmgw.site import Site
 from llmgw.store import open_store
+from llmgw.weights.names import cache_name
 from tests.support.cli import Result, run_cli
 from tests.support.router import HTTP, Engine, RunningRouter, StateFile, model, replica
 
@@ -162,8 +163,10 @@ def test_apply_check_goes_to_the_engine_with_its_key_and_stores_the_verdict(
     keys = EngineKeyring(tmp_path / "engine-keys.secret")
     e = engines("tiny", extra=("--api-key", keys.key("tiny-7")))
     site = Site.load(make_site(tmp_path, requires="chat, stream"))
+    source = "file:///srv/models/tiny.gguf"
     new = PlannedReplica(id="tiny-7", model="tiny", profile="cpu", engine="llamacpp", endpoint=e.endpoint,
-                         spec_hash="x", status="new",
+                         spec_hash="0123456789abcdef", status="new", source=source, cache_name=cache_name(source),
+                         args=[], env={},
                          shards=[PlannedShard(node="node1", rank=0, port=e.port, unit="llmgw-tiny-7-0.service",
                                               address="127.0.0.1")])
     said: list[str] = []

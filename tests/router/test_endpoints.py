@@ -33,7 +33,7 @@ COMPAT = REPO / "docs" / "compat.md"
 
 def double_replica(rid: str, model_name: str, d: EngineDouble, engine: str = "vllm") -> Replica:
     return Replica(id=rid, model=model_name, profile="gpu", engine=engine, state="ready", endpoint=d.endpoint,
-                   shards=[Shard(node="localhost", rank=0, port=d.port, unit=f"llmgw-{rid}")])
+                   shards=[Shard(node="localhost", rank=0, port=d.port, unit=f"llmgw-{rid}-0.service")])
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from llmgw.state import Replica, Shard, State
 
 def rec(rid: str) -> Replica:
     return Replica(id=rid, model="m", profile="p", engine="llamacpp", state="ready", endpoint="http://127.0.0.1:9",
-                   shards=[Shard(node="n", rank=0, port=9, unit=f"u-{rid}")])
+                   shards=[Shard(node="n", rank=0, port=9, unit=f"llmgw-{rid}-0.service")])
 
 
 @pytest.fixture

@@ -19,9 +19,10 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def host(name: str, state: NodeState = "ready", labels: Mapping[str, str] | None = None,
-         address: str | None = None) -> Host:
+         address: str | None = None, model_dirs: Iterable[str] = ("/srv/models",)) -> Host:
+    """A node; like the lab's, it keeps operator-provided models in /srv/models (llmgw_model_dirs)."""
     return Host(name=name, groups=frozenset({"llmgw_nodes"}), node_state=state, labels=dict(labels or {}),
-                mgmt_address=address or name)
+                model_dirs=list(model_dirs), mgmt_address=address or name)
 
 
 def gpus(n: int, cls: str = "H100-80GB", sick: Mapping[int, str] | None = None) -> list[Gpu]:

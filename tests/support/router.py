@@ -121,7 +121,8 @@ def model(name: str, *, aliases: tuple[str, ...] = (), fallbacks: tuple[str, ...
 def replica(rid: str, model_name: str, endpoint: str, state: str = "ready") -> Replica:
     port = int(endpoint.rsplit(":", 1)[1])
     return Replica(id=rid, model=model_name, profile="cpu", engine="llamacpp", state=state,  # type: ignore[arg-type]
-                   endpoint=endpoint, shards=[Shard(node="localhost", rank=0, port=port, unit=f"llmgw-{rid}")])
+                   endpoint=endpoint,
+                   shards=[Shard(node="localhost", rank=0, port=port, unit=f"llmgw-{rid}-0.service")])
 
 
 @dataclass

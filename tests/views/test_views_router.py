@@ -12,7 +12,7 @@ import pytest
 
 from llmgw.router import RouterServer, RouterSettings
 from llmgw.site import Site
-from llmgw.state import read_state, write_state
+from llmgw.state import Replica, read_state, write_state
 from llmgw.store import open_store
 from tests.support.cli import run_cli
 from tests.support.example_site import example_site
@@ -28,8 +28,12 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str
         closed = s.getsockname()[1]
     site = Site.load(root)
     state = read_state(site.state_file)  # every engine on a closed loopback port: nothing leaves the host
+    # (the state's schema holds an endpoint to its rank-0 shard's port: that port moves too)
     write_state(site.state_file, state.model_copy(update={"replicas": [
-        r.model_copy(update={"endpoint": f"http://127.0.0.1:{closed}"}) for r in state.replicas]}))
+        Replica.model_validate({**r.model_dump(), "endpoint": f"http://127.0.0.1:{closed}",
+                                "shards": [{**s.model_dump(), "port": closed} if s.rank == 0 else s.model_dump()
+                                           for s in r.shards]})
+        for r in state.replicas]}))
     store = open_store(f"sqlite:///{root / 'store.sqlite'}")
     server = RouterServer(state_path=site.state_file, store=store, listen=("127.0.0.1", 0),
                           admin_listen=("127.0.0.1", 0), graceful_timeout=2,
