@@ -6,6 +6,13 @@ measured here, so a 4,096-host fleet's facts folder cost about an hour per route
 apply that reconverges the routers. One archive is one checksum and, when it changed, one
 transfer and one unpack (llmgw_router's configure tasks).
 
+The inventory is not copied as it is: an inventory file may hold secrets beside the hosts
+(`llmgw_weights_hf_token`, `ansible_become_password`, a store URL with its password), and
+the dashboard only needs to know which hosts are in which groups and the few host vars
+llmgw reads (DASHBOARD_VARS). `hosts.yml` in the archive is written from the inventory as
+llmgw reads it (any form Ansible accepts), holding those vars alone: an allow-list, so a
+secret under a name nobody thought of stays on the control host too.
+
 The archive is deterministic (names sorted, times, owners and modes fixed), so the same
 files give the same bytes and an unchanged site is not sent again. It holds only plain
 files: a link is followed only when it stays inside its folder (as the catalog's loader
@@ -21,9 +28,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.errors import RunnerError
+from llmgw.inventory import Inventory, load_inventory
+from llmgw.yamlio import dumps_yaml
 
 FILE_MODE = 0o640
 DIR_MODE = 0o750
+# The host vars the dashboard reads (llmgw.inventory's Host fields, placement's failure
+# domain, the shared weights caches, engine venv folders, the router's listeners): nothing
+# else of the inventory reaches a router.
+DASHBOARD_VARS = frozenset({
+    "ansible_host", "llmgw_node_state", "llmgw_labels", "llmgw_model_dirs", "llmgw_cache_dir",
+    "llmgw_mgmt_address", "llmgw_failure_domain", "llmgw_shared_dirs", "llmgw_engine_venv_dirs",
+    "llmgw_router_listen", "llmgw_router_admin_listen",
+})
+# Groups every host is in: Ansible makes them, an inventory need not name them.
+_IMPLICIT_GROUPS = frozenset({"all", "ungrouped"})
 
 
 def _info(name: str, *, size: int = 0, folder: bool = False) -> tarfile.TarInfo:
@@ -52,7 +71,8 @@ def _files(folder: Path) -> list[tuple[str, Path]]:
 @dataclass(frozen=True)
 class DashboardSite:
     """Where the site's parts are on the control host (a missing facts folder or inventory
-    is left out: the dashboard says what it does not know)."""
+    is left out: the dashboard says what it does not know). `inventory` is a file or a
+    folder, as `inventory:` in llmgw.yaml names it."""
 
     catalog: Path
     facts: Path
@@ -64,9 +84,24 @@ class DashboardSite:
             for prefix, folder in (("catalog", self.catalog), ("facts", self.facts)):
                 if folder.is_dir():
                     _add_folder(tar, prefix, folder)
-            if self.inventory.is_file():
-                _add_file(tar, "hosts.yml", self.inventory)
+            if self.inventory.exists():
+                _add_bytes(tar, "hosts.yml", dashboard_inventory(load_inventory(self.inventory)).encode())
         return dest
+
+
+def dashboard_inventory(inventory: Inventory) -> str:
+    """The inventory as a router's dashboard reads it: every host in the same groups, with
+    only the DASHBOARD_VARS of its (merged) host vars; YAML, the same text for the same hosts."""
+    hosts: dict[str, dict[str, object]] = {}
+    groups: dict[str, dict[str, None]] = {}
+    for name in sorted(inventory.hosts):
+        host = inventory.hosts[name]
+        hosts[name] = {k: host.vars[k] for k in sorted(host.vars) if k in DASHBOARD_VARS}
+        for group in sorted(host.groups - _IMPLICIT_GROUPS):
+            groups.setdefault(group, {})[name] = None
+    doc = {"all": {"hosts": hosts, "children": {g: {"hosts": groups[g]} for g in sorted(groups)}}}
+    return "# Written by llmgw apply for the router's dashboard: the hosts, their groups, no secrets.\n" \
+        + dumps_yaml(doc)
 
 
 def _add_folder(tar: tarfile.TarFile, prefix: str, folder: Path) -> None:
@@ -83,5 +118,8 @@ def _add_folder(tar: tarfile.TarFile, prefix: str, folder: Path) -> None:
 
 
 def _add_file(tar: tarfile.TarFile, name: str, path: Path) -> None:
-    data = path.read_bytes()
+    _add_bytes(tar, name, path.read_bytes())
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(_info(name, size=len(data)), io.BytesIO(data))

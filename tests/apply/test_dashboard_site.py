@@ -11,6 +11,7 @@ import pytest
 
 from llmgw.apply.dashboard_site import DashboardSite
 from llmgw.errors import RunnerError
+from llmgw.inventory import load_inventory
 
 
 def _site(root: Path) -> DashboardSite:
@@ -77,3 +78,25 @@ def test_a_site_without_facts_or_inventory_packs_the_catalog_alone(tmp_path: Pat
     site = DashboardSite(tmp_path / "catalog", tmp_path / "facts", tmp_path / "hosts.yml")
     with tarfile.open(site.pack(tmp_path / "site.tar")) as tar:
         assert tar.getnames() == ["catalog", "catalog/m.yaml"]
+
+
+def test_a_folder_inventory_reaches_the_dashboard_as_one_file_of_its_hosts(tmp_path: Path) -> None:
+    # Before, only a single-file inventory was packed: a folder with group_vars left the
+    # dashboard without hosts. Now the inventory as llmgw reads it is written, merged.
+    (tmp_path / "catalog").mkdir()
+    inv = tmp_path / "inventory"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "hosts.yml").write_text("all:\n  children:\n    llmgw_nodes:\n      hosts:\n        gpu-1:\n"
+                                   "          llmgw_node_state: draining\n")
+    (inv / "group_vars" / "llmgw_nodes.yml").write_text("llmgw_labels: {tier: h100}\n"
+                                                         "ansible_become_password: hunter2\n")
+    site = DashboardSite(tmp_path / "catalog", tmp_path / "facts", inv)
+    with tarfile.open(site.pack(tmp_path / "site.tar")) as tar:
+        member = tar.extractfile("hosts.yml")
+        assert member is not None
+        text = member.read().decode()
+    (tmp_path / "copy.yml").write_text(text)
+    copy = load_inventory(tmp_path / "copy.yml")
+    assert sorted(copy.nodes) == ["gpu-1"]
+    assert (copy.nodes["gpu-1"].node_state, copy.nodes["gpu-1"].labels) == ("draining", {"tier": "h100"})
+    assert "hunter2" not in text and "become" not in text

@@ -1,0 +1,128 @@
+"""The router role does only what changed, and still repairs drift (issue #33), on the shared lab.
+
+The role digests what it installs on the control host and re-hashes the installed files on
+the router in one check (roles/llmgw_router/tasks/check.yml). Shown here with the real role
+on the lab's router: a delivery to a router nothing of changed changes no task and skips
+the install; a router unit edited by hand is written back, reloaded and restarted by the
+next apply that delivers to the routers (a rolling move of the tiny replica).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import llmgw.apply.hosts as hosts_module
+from llmgw.apply import hosts_for
+from llmgw.apply.wheelhouse import wheelhouse
+from llmgw.runner import RunEvent, run_playbook
+from llmgw.site import Site
+from tests.support.lab import Lab, turn
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+UNIT = "/etc/systemd/system/llmgw-router.service"
+MARK = "LLMGW_HAND_EDITED=1"
+
+
+@pytest.fixture(scope="module")
+def the_lab(shared_lab: Lab) -> Iterator[Lab]:
+    with turn(shared_lab) as it:  # the lab's own catalog: one tiny llama.cpp replica
+        yield it
+
+
+class Tasks:
+    """What each Ansible task did on each host, for every playbook apply runs (a spy on the
+    real runner: the runs and their results are Ansible's own)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.runs: list[str] = []
+        self.changed: list[tuple[str, str]] = []
+        self.ran: list[tuple[str, str]] = []  # ok or changed, not skipped
+        real = run_playbook
+
+        def spy(playbook: Any, *args: Any, on_event: Callable[[RunEvent], None] | None = None,
+                **kw: Any) -> Any:
+            self.runs.append(str(playbook))
+
+            def tap(event: RunEvent) -> None:
+                if event.kind == "host_ok" and event.host and event.task:
+                    self.ran.append((event.host, event.task))
+                    if event.result.get("changed"):
+                        self.changed.append((event.host, event.task))
+                if on_event is not None:
+                    on_event(event)
+
+            return real(playbook, *args, on_event=tap, **kw)
+
+        monkeypatch.setattr(hosts_module, "run_playbook", spy)
+
+
+def router_host(it: Lab) -> str:
+    [host] = hosts_for(Site.load(it.site)).routers
+    return host
+
+
+def on_router(it: Lab, command: str) -> str:
+    """What `command` printed on the router host."""
+    host = router_host(it)
+    done = it.ansible(host, "-m", "ansible.builtin.shell", "-a", command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [play] = json.loads(done.stdout)["plays"]
+    [task] = play["tasks"]
+    return str(task["hosts"][host]["stdout"])
+
+
+def test_an_unchanged_router_costs_one_check_and_a_hand_edited_unit_is_repaired(
+        the_lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    t0 = time.monotonic()
+    the_lab.ok("apply", "--auto-approve")
+    first = time.monotonic() - t0
+    [rep] = the_lab.state.replicas
+    assert rep.state == "ready"
+    installed = on_router(the_lab, f"cat {UNIT}")
+
+    tasks = Tasks(monkeypatch)
+    t1 = time.monotonic()
+    noop = the_lab.ok("apply", "--auto-approve")
+    no_change = time.monotonic() - t1
+    assert "No changes" in noop.stdout
+    assert tasks.runs == []  # a no-change apply contacts no host at all
+
+    # What apply's deliveries run: the router role against an unchanged router.
+    site = Site.load(the_lab.site)
+    t2 = time.monotonic()
+    views = hosts_for(site).deliver(site.state_file, wheelhouse(), serial=the_lab.state.serial)
+    delivery = time.monotonic() - t2
+    assert [v.reached for v in views] == [True]
+    router = router_host(the_lab)
+    assert tasks.changed == [], tasks.changed
+    ran = {task for host, task in tasks.ran if host == router}
+    assert "Check the installed router against its digest (one re-hash of the installed files)" in ran
+    for skipped in ("Write the router unit", "Unpack the wheelhouse", "Wait for the router's admin API",
+                    "Deliver the catalog, facts and inventory for the dashboard (one archive)",
+                    "Unpack them into the dashboard's site folder"):
+        assert f"{skipped}" not in ran, skipped
+
+    # A hand edit of the router's unit, loaded by systemd: the next apply that reaches the
+    # routers finds its hash changed, writes the unit back, reloads and restarts the router.
+    on_router(the_lab, rf"sed -i '/^\[Service\]$/a Environment={MARK}' {UNIT} && systemctl daemon-reload")
+    assert MARK in on_router(the_lab, "systemctl show -p Environment llmgw-router.service")
+    tasks.changed.clear()
+    the_lab.ok("drain", rep.shards[0].node)
+    t3 = time.monotonic()
+    the_lab.ok("apply", "--auto-approve")  # a rolling move of the replica
+    move = time.monotonic() - t3
+    print("router digest lab timings:", {"first apply": round(first, 1), "no-change apply": round(no_change, 1),
+                                         "unchanged router delivery": round(delivery, 1),
+                                         "rolling move with a repair": round(move, 1)})
+    [moved] = the_lab.state.replicas
+    assert moved.id != rep.id and moved.state == "ready" and moved.shards[0].node != rep.shards[0].node
+    assert on_router(the_lab, f"cat {UNIT}") == installed
+    assert MARK not in on_router(the_lab, "systemctl show -p Environment llmgw-router.service")
+    assert (router, "Write the router unit") in tasks.changed
+    assert (router, "Restart the router") in tasks.changed
