@@ -97,3 +97,10 @@ def test_a_router_pointed_at_the_controller_asks_it_and_never_shows_the_token(tm
     assert '"--activator" "llmgw.router.activator:factory"' in unit
     assert 'LLMGW_CONTROLLER_URL="http://10.0.0.5:8096"' in secrets and 'LLMGW_ROUTER_NAME="localhost"' in secrets
     assert token not in unit and token not in secrets and token not in done.stdout and other not in done.stdout
+
+
+def test_the_service_is_told_its_home_where_the_operator_token_is(tmp_path: Path) -> None:
+    """The controller makes the operator token in $LLMGW_CONTROLLER_HOME; without it the service
+    would look in the default home whatever llmgw_controller_home says."""
+    _unit, env = render(tmp_path, {"llmgw_controller_home": "/srv/ctl"})
+    assert 'LLMGW_CONTROLLER_HOME="/srv/ctl"' in env.splitlines()
