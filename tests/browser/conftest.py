@@ -63,7 +63,10 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     closed = free_port()
     site = Site.load(root)
     state = read_state(site.state_file)
-    replicas = [r.model_copy(update={"endpoint": f"http://127.0.0.1:{port}"})
+    # An endpoint is its rank-0 shard's address and port (the state is checked on load): both move.
+    replicas = [r.model_copy(update={"endpoint": f"http://127.0.0.1:{port}",
+                                     "shards": [sh.model_copy(update={"port": port}) if sh.rank == 0 else sh
+                                                for sh in r.shards]})
                 for r in state.replicas for port in [closed if r.id == UNHEALTHY else health.server_port]]
     write_state(site.state_file, state.model_copy(update={"replicas": replicas}))
 
