@@ -41,7 +41,7 @@ def test_collect_reclaims_only_the_orphan(one_host: Lab) -> None:
     assert listed.exit_code == 0, listed.stderr
     assert json.loads(listed.stdout) == {
         "orphans": [{"host": "node1", "name": orphan, "path": f"{cache}/{orphan}", "size_bytes": 2000000}],
-        "total_bytes": 2000000}
+        "total_bytes": 2000000, "kept_for_state": []}  # nothing here is kept only for the state's replicas
 
     collected = run_cli("-C", str(site), "weights", "orphans", "--collect")
     assert collected.exit_code == 0, collected.stdout + collected.stderr
