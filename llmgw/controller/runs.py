@@ -74,6 +74,14 @@ def plan_digest(plan: str) -> str:
     return hashlib.sha256(plan.encode()).hexdigest()
 
 
+def digest_problem(run: Run) -> str | None:
+    """Why `run`'s plan is not the one it was planned with (its recorded digest), or None."""
+    if run.plan_sha256 and hmac.compare_digest(plan_digest(run.plan), run.plan_sha256):
+        return None
+    return (f"run {run.id}'s plan does not match the digest recorded when it was planned "
+            f"({run.plan_sha256[:12] or 'none'}): it was changed in the runs store")
+
+
 class RunSeal:
     """Seals the runs a controller plans: only a holder of the site's engine key secret can."""
 
@@ -88,9 +96,9 @@ class RunSeal:
 
     def untrusted(self, run: Run) -> str | None:
         """Why `run` must not be approved or applied, or None."""
-        if not run.plan_sha256 or not hmac.compare_digest(plan_digest(run.plan), run.plan_sha256):
-            return (f"run {run.id}'s plan does not match the digest recorded when it was planned "
-                    f"({run.plan_sha256[:12] or 'none'}): it was changed in the runs store")
+        why = digest_problem(run)
+        if why is not None:
+            return why
         if not hmac.compare_digest(self.of(run.id, run.commit, run.plan_sha256, run.controller), run.seal):
             return (f"run {run.id} was not planned by a controller of this site (its seal does not verify "
                     "under the site's engine key secret)")
@@ -122,9 +130,7 @@ class RunStore(ABC):
         if run.status != "waiting":
             raise StateError(f"run {run_id} is {run.status}, not waiting for approval",
                              hint="only a run whose plan destroys something waits for approval")
-        why = seal.untrusted(run) if seal is not None else \
-            (None if run.plan_sha256 and hmac.compare_digest(plan_digest(run.plan), run.plan_sha256) else
-             f"run {run_id}'s plan does not match the digest recorded when it was planned")
+        why = seal.untrusted(run) if seal is not None else digest_problem(run)
         if why is not None:
             raise StateError(f"run {run_id} is not approved: {why}",
                              hint="the controller plans the commit again at its next commit; approve that run")
