@@ -15,7 +15,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from llmgw.engines.flags import FLAGS, check_args, check_env_name
+from llmgw.engines.descriptor import find
+from llmgw.engines.flags import check_args, check_env_name
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The shapes llmgw writes each value in (planner/spec.py, catalog/schema.py, apply/executor.py).
@@ -85,7 +86,7 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
         out.append(f"trust_remote_code {entry['trust_remote_code']!r} is not true or false")
     engine = str(entry.get("engine", ""))
     args = entry.get("args") or []
-    if engine in FLAGS and isinstance(args, list):
+    if find(engine) is not None and isinstance(args, list):
         out += [f"args[{r.index}]: {r.message}" for r in check_args(engine, [str(a) for a in args])]
     env = entry.get("env") or {}
     if isinstance(env, Mapping):
