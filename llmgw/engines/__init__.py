@@ -9,7 +9,7 @@ argument parsers. docs/engines.md: how to add one (a module, and its line below)
 from __future__ import annotations
 
 from llmgw.engines import descriptor, llamacpp, sglang, versions, vllm
-from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register
+from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register, unregister
 from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Shard
 
 for _engine in (vllm.ENGINE, sglang.ENGINE, llamacpp.ENGINE):
@@ -28,4 +28,4 @@ def command(shard: Shard, layout: Layout) -> list[str]:
 
 
 __all__ = ["INIT_PORT_OFFSET", "Engine", "Layout", "Shard", "command", "descriptor", "find", "get", "names",
-           "python_engines", "python_requirement", "register", "versions"]
+           "python_engines", "python_requirement", "register", "unregister", "versions"]

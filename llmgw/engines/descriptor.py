@@ -60,6 +60,7 @@ class Engine:
     # version is `version`; binary engines have none (the build is the operator's).
     distribution: tuple[str, str] | None
     version: str  # pinned ("" for a binary: its version is what the build reports)
+    programs: tuple[str, ...]  # binary: what apply copies from the build, the first prints --version
     flags: Flags  # options a catalog's args may not set (llmgw.engines.flags)
     parser: Parser
     key: KeyHandling
@@ -75,9 +76,10 @@ class Engine:
     health: str = "/health"  # GET: 200 once the model is loaded (the role's wait, the router's checks)
 
     def __post_init__(self) -> None:
-        if (self.install == "venv") != (self.distribution is not None and bool(self.version)):
+        if (self.install == "venv") != (self.distribution is not None and bool(self.version)) \
+                or (self.install == "binary") != bool(self.programs):
             raise ValueError(f"engine {self.name}: a venv engine has a distribution and a version, "
-                             "a binary one neither")
+                             "a binary one programs instead")
         if self.key == "env" and not self.key_env:
             raise ValueError(f"engine {self.name}: key 'env' needs key_env")
         unknown = set(self.weight_formats) - set(WEIGHT_FORMATS)

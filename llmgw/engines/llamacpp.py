@@ -68,6 +68,7 @@ ENDPOINTS = {
 
 ENGINE = Engine(
     name="llamacpp", title="llama.cpp", command=command, install="binary", distribution=None, version="",
+    programs=("llama-server", "rpc-server"),
     flags=flags.LLAMACPP, parser="exact", key="env", key_env="LLAMA_API_KEY", endpoints=ENDPOINTS,
     weight_formats=("gguf",),
     multi_node="tcp",  # rpc-server workers over TCP: CPU hosts too, no fabric

@@ -59,7 +59,7 @@ ENDPOINTS = {
 
 ENGINE = Engine(
     name="sglang", title="SGLang", command=command, install="venv",
-    distribution=("sglang[all]", "sglang[all]"), version=versions.SGLANG,
+    distribution=("sglang[all]", "sglang[all]"), version=versions.SGLANG, programs=(),
     flags=flags.SGLANG, parser="argparse",
     # Options that are a prefix of a refused one but tune (`--quantization` is not
     # `--quantization-param-path`): tests/engines/test_owned_flags.py finds each.

