@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
-import yaml
 
 from llmgw.engines import INIT_PORT_OFFSET, Layout, Shard, command, llamacpp, python_requirement, sglang, versions, vllm
 from tests.engines.shapes import KEY_CONFIG, LAYOUT, LEADER, MODEL, command_lines, shards
@@ -102,14 +100,6 @@ def test_from_entry_reads_the_roles_shard_entry() -> None:
 def test_unknown_engine_is_an_error_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match="llamacpp, sglang, vllm"):
         command(Shard(engine="tgi", model="m", model_path="/m", port=1), LAYOUT)
-
-
-def test_the_role_pins_the_versions_the_command_lines_are_checked_against() -> None:
-    role = Path(__file__).resolve().parents[2] / "roles" / "llmgw_engine"
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
-    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-    for key, pinned in (("llmgw_engine_vllm_version", versions.VLLM), ("llmgw_engine_sglang_version", versions.SGLANG)):
-        assert defaults[key] == pinned and specs[key]["default"] == pinned
 
 
 def test_python_requirement_picks_the_cpu_build_of_vllm_without_gpus() -> None:
