@@ -33,7 +33,7 @@ def rpc_leader(shard: Shard, layout: Layout) -> list[str]:
     """Rank 0 of a multi-node replica: llama-server, with every worker's rpc-server."""
     if not shard.workers:
         raise ValueError(f"a {shard.nodes}-node llama.cpp replica needs its workers in peers")
-    return _server(shard, layout, list(shard.workers))
+    return _server(shard, layout, [str(w) for w in shard.workers])
 
 
 def rpc_worker(shard: Shard, layout: Layout) -> list[str]:

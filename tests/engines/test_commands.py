@@ -6,7 +6,18 @@ import dataclasses
 
 import pytest
 
-from llmgw.engines import INIT_PORT_OFFSET, Layout, Shard, command, llamacpp, python_requirement, sglang, versions, vllm
+from llmgw.engines import (
+    INIT_PORT_OFFSET,
+    Layout,
+    Peer,
+    Shard,
+    command,
+    llamacpp,
+    python_requirement,
+    sglang,
+    versions,
+    vllm,
+)
 from tests.engines.shapes import KEY_CONFIG, LAYOUT, LEADER, MODEL, command_lines, shards
 
 
@@ -33,7 +44,7 @@ def test_llamacpp_leader_reaches_every_worker_and_workers_run_rpc_server() -> No
 
 
 def test_llamacpp_leader_without_workers_is_refused() -> None:
-    lonely = Shard(engine="llamacpp", model="m", model_path="/m", port=1, nodes=2, peers=("10.0.0.1:1",))
+    lonely = Shard(engine="llamacpp", model="m", model_path="/m", port=1, nodes=2, peers=(Peer("10.0.0.1", 1),))
     with pytest.raises(ValueError, match="needs its workers"):
         llamacpp.rpc_leader(lonely, LAYOUT)
 
@@ -132,3 +143,19 @@ def test_vllm_serve_takes_the_weights_as_its_positional_model() -> None:
     for rank in (0, 1):
         words = command_lines("vllm")[f"2-nodes-rank-{rank}"]
         assert words[3:5] == ["serve", MODEL] and after(words, "--model") == MODEL
+
+
+def test_a_peer_is_split_once_where_the_role_hands_it_over_and_checked() -> None:
+    entry = {"engine": "llamacpp", "model": "m", "model_path": "/m", "port": 20000, "nodes": 3,
+             "peers": ["10.0.0.1:20000", "fd00::2:20001", "worker-3.lab:20002"]}
+    s = Shard.from_entry(entry)
+    assert s.peers == (Peer("10.0.0.1", 20000), Peer("fd00::2", 20001), Peer("worker-3.lab", 20002))
+    assert s.init_port == 30000
+    assert after_flag(command(s, LAYOUT), "--rpc") == "fd00::2:20001,worker-3.lab:20002"
+    for bad in ("10.0.0.1", "10.0.0.1:0", "10.0.0.1:70000", "10.0.0.1:1 --host 0.0.0.0", ":1"):
+        with pytest.raises(ValueError, match="is not address:port"):
+            Shard.from_entry({**entry, "peers": [bad]})
+
+
+def after_flag(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
