@@ -22,7 +22,7 @@ from llmgw.apply.controller_token import router_token
 from llmgw.apply.dashboard_site import DashboardSite
 from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.wheelhouse import engine_wheelhouse, hub_wheelhouse
-from llmgw.engines import python_requirement
+from llmgw.engines import python_engines, python_requirement
 from llmgw.errors import RunnerError
 from llmgw.inventory import Inventory
 from llmgw.runner import RunEvent, RunResult, run_playbook
@@ -138,7 +138,7 @@ class Hosts:
         # hosts that take built venvs from folders of their own (llmgw_engine_venv_dirs).
         reqs = sorted({python_requirement(str(e["engine"]), bool(e.get("gpus")))
                        for host, es in shards.items() if not self._has_venv_dirs(host)
-                       for e in es if e.get("state", "present") == "present" and e.get("engine") in ("vllm", "sglang")})
+                       for e in es if e.get("state", "present") == "present" and e.get("engine") in python_engines()})
         engines = {"llmgw_engine_python_archives": {r: str(engine_wheelhouse(r)) for r in reqs}} if reqs else {}
         self._run(self.engines_playbook, step, list(shards),
                   {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from llmgw.engines import find, names
 from llmgw.engines.flags import check_args, check_env_name
 
 NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -65,6 +66,15 @@ def _engine_arg(value: str, info: ValidationInfo) -> str:
     return value
 
 
+def _known_engine(name: str) -> str:
+    """An engine llmgw.engines has a descriptor for (read at validation: the registry is the list)."""
+    if find(name) is None:
+        known = [repr(n) for n in names()]
+        choices = f"{', '.join(known[:-1])} or {known[-1]}" if len(known) > 1 else known[0]
+        raise ValueError(f"{name!r} is not allowed: input should be {choices}")
+    return name
+
+
 def _engine_env(name: str) -> str:
     why = check_env_name(name)
     if why:
@@ -77,8 +87,7 @@ EngineArg = Annotated[str, AfterValidator(check_text), AfterValidator(_engine_ar
 EnvName = Annotated[str, Field(pattern=ENV_NAME_RE), AfterValidator(_engine_env)]
 Count = Annotated[int, BeforeValidator(_no_bool)]
 Number = Annotated[float, BeforeValidator(_no_bool)]
-Engine = Literal["vllm", "sglang", "llamacpp"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang", "llamacpp")
+Engine = Annotated[str, AfterValidator(_known_engine)]
 # What `llmgw check` verifies (llmgw.probe.checks), and a model may `requires:`.
 Capability = Literal["chat", "stream", "completion", "embeddings", "tools", "json"]
 CAPABILITIES: tuple[str, ...] = ("chat", "stream", "completion", "embeddings", "tools", "json")
@@ -169,16 +178,22 @@ class Profile(BaseModel):
 
     @model_validator(mode="after")
     def _multi_node_needs_gpus(self) -> Profile:
+        engine = find(self.engine)
+        if engine is None:  # refused by the field's own validator already
+            return self
+        if self.nodes > 1 and engine.multi_node == "none":
+            raise ValueError(f"nodes: {self.nodes} spans nodes, but {engine.title} serves a model from one "
+                             "node only; set nodes: 1")
         # llama.cpp spreads a model over CPU hosts too (its RPC workers are TCP servers).
-        if self.nodes > 1 and self.gpus == 0 and self.engine != "llamacpp":
+        if self.nodes > 1 and self.gpus == 0 and engine.multi_node == "fabric":
             raise ValueError(
                 f"nodes: {self.nodes} spans nodes but gpus is 0; a multi-node profile needs "
                 "gpus per shard (or set nodes: 1)")
         if self.gpu_class is not None and self.gpus == 0:
             raise ValueError("gpu_class is set but gpus is 0; set gpus, or drop gpu_class")
-        if self.trust_remote_code and self.engine == "llamacpp":
-            raise ValueError("trust_remote_code: llama.cpp runs no code from the model (GGUF weights only); "
-                             "remove it")
+        if self.trust_remote_code and not engine.remote_code:
+            raise ValueError(f"trust_remote_code: {engine.title} runs no code from the model "
+                             f"({'/'.join(f.upper() for f in engine.weight_formats)} weights only); remove it")
         return self
 
 

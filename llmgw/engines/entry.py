@@ -15,7 +15,9 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from llmgw.engines.flags import FLAGS, check_args, check_env_name
+from llmgw.engines.descriptor import find
+from llmgw.engines.flags import check_args, check_env_name
+from llmgw.engines.shard import Peer
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The shapes llmgw writes each value in (planner/spec.py, catalog/schema.py, apply/executor.py).
@@ -32,7 +34,6 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "socket_ifname": re.compile(r"^[=^]?[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}(,[A-Za-z0-9][A-Za-z0-9._:@-]{0,63})*$|^$"),
     "state": re.compile(r"^(present|absent)$"),
 }
-_PEER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}:[0-9]{1,5}$")
 _HCA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 _INTS = ("port", "rank", "nodes")
 
@@ -48,6 +49,16 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             yield from _strings(v, f"{path}[{i}]")
+
+
+def _peer_problem(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"peers entry {value!r} is not address:port"
+    try:
+        Peer.parse(value)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def _is_int(value: Any) -> bool:
@@ -76,8 +87,7 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
     if not isinstance(gpus, list) or not all(_is_int(g) for g in gpus):
         out.append(f"gpus {gpus!r} is not a list of GPU indexes")
     peers = entry.get("peers") or []
-    out += [f"peers entry {p!r} is not address:port" for p in (peers if isinstance(peers, list) else [peers])
-            if not isinstance(p, str) or not _PEER.match(p)]
+    out += [why for p in (peers if isinstance(peers, list) else [peers]) if (why := _peer_problem(p))]
     hcas = entry.get("ib_hcas") or []
     out += [f"ib_hcas entry {h!r} is not an adapter name" for h in (hcas if isinstance(hcas, list) else [hcas])
             if not isinstance(h, str) or not _HCA.match(h)]
@@ -85,7 +95,7 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
         out.append(f"trust_remote_code {entry['trust_remote_code']!r} is not true or false")
     engine = str(entry.get("engine", ""))
     args = entry.get("args") or []
-    if engine in FLAGS and isinstance(args, list):
+    if find(engine) is not None and isinstance(args, list):
         out += [f"args[{r.index}]: {r.message}" for r in check_args(engine, [str(a) for a in args])]
     env = entry.get("env") or {}
     if isinstance(env, Mapping):

@@ -33,11 +33,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmgw.engines.descriptor import find, get
+
 OWNED = "owned"
 TRUST = "trust"
 
 
-def _table(**groups: tuple[str, Sequence[str]]) -> dict[str, tuple[str, str]]:
+def table(**groups: tuple[str, Sequence[str]]) -> dict[str, tuple[str, str]]:
     """option string -> (kind, what it is), from groups of spellings of one option each."""
     out: dict[str, tuple[str, str]] = {}
     for label, (kind, spellings) in groups.items():
@@ -47,7 +49,7 @@ def _table(**groups: tuple[str, Sequence[str]]) -> dict[str, tuple[str, str]]:
 
 
 # vLLM 0.32.0 (make_arg_parser): every option string of each refused destination.
-VLLM = _table(
+VLLM = table(
     listen_address=(OWNED, ["--host", "--uds", "--port", "--grpc", "--grpc-port", "--root-path",
                             "--data-parallel-supervisor-port"]),
     api_key=(OWNED, ["--api-key"]),
@@ -82,7 +84,7 @@ VLLM = _table(
 )
 
 # SGLang 0.5.23 (ServerArgs.add_cli_args; `--tp`, as llmgw writes it, is a prefix of `--tp-size`).
-SGLANG = _table(
+SGLANG = table(
     listen_address=(OWNED, ["--host", "--port", "--fastapi-root-path", "--grpc-mode", "--smg-grpc-mode", "--grpc-port",
                             "--smg-http-sidecar-port", "--grpc-http-sidecar-port", "--gated-launch-port",
                             "--disaggregation-bootstrap-port", "--engine-info-bootstrap-port",
@@ -125,7 +127,7 @@ SGLANG = _table(
 
 # llama.cpp's llama-server (the pinned build's --help lists each alias; llama.cpp also reads
 # every option from a LLAMA_ARG_* variable, refused in env below).
-LLAMACPP = _table(
+LLAMACPP = table(
     listen_address=(OWNED, ["--host", "--port", "--reuse-port", "--api-prefix"]),
     api_key=(OWNED, ["--api-key", "--api-key-file"]),
     model_path=(OWNED, ["-m", "--model", "-mu", "--model-url", "-dr", "--docker-repo", "-hf", "-hfr", "--hf-repo",
@@ -149,46 +151,36 @@ LLAMACPP = _table(
                             "--no-webui-mcp-proxy"]),
 )
 
-FLAGS: dict[str, dict[str, tuple[str, str]]] = {"vllm": VLLM, "sglang": SGLANG, "llamacpp": LLAMACPP}
-
-# Options of the pinned parsers that are themselves a prefix of a refused one: argparse
-# takes an exact option before any prefix, so these stay tuning (`--quantization` is not
-# `--quantization-param-path`). tests/engines/test_owned_flags.py finds every such option.
-OTHERS = {"vllm": frozenset({"--reasoning-parser", "-dc"}),
-          "sglang": frozenset({"--export-metrics-to-file", "--log-requests", "--quantization"}),
-          "llamacpp": frozenset()}
-
-# Engines whose parsers are argparse: prefixes and `=` work there; llama.cpp matches exact words.
-_ARGPARSE = ("vllm", "sglang")
 _NUMBER = re.compile(r"^-\d+(\.\d+)?([eE][-+]?\d+)?$")  # a value (`--temperature -1`), never an option
 
 
 def owned_flag(engine: str, word: str) -> str | None:
     """The refused option `word` is a spelling of on `engine`'s parser, or None."""
-    table = FLAGS[engine]
+    e = get(engine)
+    refused = e.flags
     if not word.startswith("-") or _NUMBER.match(word):
         return None
-    if word in table:
+    if word in refused:
         return word
-    if engine not in _ARGPARSE:
+    if e.parser == "exact":
         return None
     name = word.split("=", 1)[0]
-    if name.startswith("--") and engine == "vllm":  # FlexibleArgumentParser: `--a_b` is `--a-b`, `--a.key` of `--a`
+    if name.startswith("--") and e.parser == "flexible":  # `--a_b` is `--a-b`, `--a.key` of `--a`
         name = name.replace("_", "-").split(".", 1)[0]
-    if name in table:
+    if name in refused:
         return name
-    if name in OTHERS[engine]:
+    if name in e.tuning_prefixes:
         return None
     if name.startswith("--"):
         # argparse's allow_abbrev: any prefix may name an option; refusing every prefix of a
         # refused one is what makes `--trust-rem` (and `--tr`, ambiguous, refused by the
         # parser anyway) safe without the engine's whole option list.
-        hits = sorted(o for o in table if o.startswith(name) and len(name) > 2)
+        hits = sorted(o for o in refused if o.startswith(name) and len(name) > 2)
         return hits[0] if hits else None
     # One dash: argparse matches `-O3` as `-O` with `3`, and a prefix of `-tp` as `-tp`.
-    if name[:2] in table:
+    if name[:2] in refused:
         return name[:2]
-    hits = sorted(o for o in table if o.startswith(name) and not o.startswith("--"))
+    hits = sorted(o for o in refused if o.startswith(name) and not o.startswith("--"))
     return hits[0] if hits else None
 
 
@@ -205,7 +197,8 @@ class Refusal:
 
 def check_args(engine: str, args: Sequence[str]) -> list[Refusal]:
     """Every catalog arg the engine would read as an option llmgw owns or that widens trust."""
-    if engine not in FLAGS:
+    found = find(engine)
+    if found is None:
         return []
     out: list[Refusal] = []
     for i, word in enumerate(args):
@@ -216,7 +209,7 @@ def check_args(engine: str, args: Sequence[str]) -> list[Refusal]:
         flag = owned_flag(engine, word)
         if flag is None:
             continue
-        kind, what = FLAGS[engine][flag]
+        kind, what = found.flags[flag]
         if kind == OWNED:
             hint = f"llmgw sets the engine's {what} itself ({_OWNED_FROM.get(what, 'from the plan')}): remove it"
         elif what == "remote code":

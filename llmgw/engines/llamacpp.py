@@ -8,6 +8,8 @@ there are workers or GPUs.
 
 from __future__ import annotations
 
+from llmgw.engines import flags
+from llmgw.engines.descriptor import Engine
 from llmgw.engines.shard import Layout, Shard
 
 
@@ -31,7 +33,7 @@ def rpc_leader(shard: Shard, layout: Layout) -> list[str]:
     """Rank 0 of a multi-node replica: llama-server, with every worker's rpc-server."""
     if not shard.workers:
         raise ValueError(f"a {shard.nodes}-node llama.cpp replica needs its workers in peers")
-    return _server(shard, layout, list(shard.workers))
+    return _server(shard, layout, [str(w) for w in shard.workers])
 
 
 def rpc_worker(shard: Shard, layout: Layout) -> list[str]:
@@ -48,3 +50,28 @@ def command(shard: Shard, layout: Layout) -> list[str]:
     if not shard.multi_node:
         return single_node(shard, layout)
     return rpc_leader(shard, layout) if shard.rank == 0 else rpc_worker(shard, layout)
+
+
+# The paths llama-server (server.cpp of the build in $LLMGW_CACHE) serves each OpenAI
+# endpoint on. It answers a `previous_response_id` with its own 400 (it keeps no
+# responses), and serves transcriptions only with an audio model loaded.
+ENDPOINTS = {
+    "POST /v1/chat/completions": "/v1/chat/completions",
+    "POST /v1/completions": "/v1/completions",
+    "POST /v1/embeddings": "/v1/embeddings",
+    "POST /v1/responses": "/v1/responses",
+    "POST /v1/rerank": "/v1/rerank",
+    "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
+    "POST /v1/tokenize": "/tokenize",
+    "POST /v1/detokenize": "/detokenize",
+}
+
+ENGINE = Engine(
+    name="llamacpp", title="llama.cpp", command=command, install="binary", distribution=None, version="",
+    programs=("llama-server", "rpc-server"),
+    flags=flags.LLAMACPP, parser="exact", key="env", key_env="LLAMA_API_KEY", endpoints=ENDPOINTS,
+    weight_formats=("gguf",),
+    multi_node="tcp",  # rpc-server workers over TCP: CPU hosts too, no fabric
+    remote_code=False,  # GGUF weights only: no code from the model to run
+    adapters="static",  # --lora at start; its /lora-adapters only rescales those
+)

@@ -7,6 +7,8 @@ file holding it.
 
 from __future__ import annotations
 
+from llmgw.engines import flags, versions
+from llmgw.engines.descriptor import Engine
 from llmgw.engines.shard import Layout, Shard
 
 
@@ -36,3 +38,34 @@ def multi_node(shard: Shard, layout: Layout) -> list[str]:
 
 def command(shard: Shard, layout: Layout) -> list[str]:
     return multi_node(shard, layout) if shard.multi_node else single_node(shard, layout)
+
+
+# The paths SGLang's HTTP server (the pinned version) serves each OpenAI endpoint on
+# (tests/router/test_engine_routes.py reads its route decorators). No DELETE of a
+# response, no audio translations.
+ENDPOINTS = {
+    "POST /v1/chat/completions": "/v1/chat/completions",
+    "POST /v1/completions": "/v1/completions",
+    "POST /v1/embeddings": "/v1/embeddings",
+    "POST /v1/responses": "/v1/responses",
+    "GET /v1/responses/{id}": "/v1/responses/{id}",
+    "POST /v1/responses/{id}/cancel": "/v1/responses/{id}/cancel",
+    "POST /v1/rerank": "/v1/rerank",
+    "POST /v1/score": "/v1/score",
+    "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
+    "POST /v1/tokenize": "/v1/tokenize",
+    "POST /v1/detokenize": "/v1/detokenize",
+}
+
+ENGINE = Engine(
+    name="sglang", title="SGLang", command=command, install="venv",
+    distribution=("sglang[all]", "sglang[all]"), version=versions.SGLANG, programs=(),
+    flags=flags.SGLANG, parser="argparse",
+    # Options that are a prefix of a refused one but tune (`--quantization` is not
+    # `--quantization-param-path`): tests/engines/test_owned_flags.py finds each.
+    tuning_prefixes=frozenset({"--export-metrics-to-file", "--log-requests", "--quantization"}),
+    # SGLang reads its key only as an option: from the YAML file of options `--config` names.
+    key="config", key_env="", endpoints=ENDPOINTS, weight_formats=("safetensors", "pytorch"),
+    multi_node="fabric", remote_code=True,
+    adapters="runtime",  # LoRA: --lora-paths at start, /load_lora_adapter while serving
+)

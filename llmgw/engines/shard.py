@@ -7,6 +7,7 @@ Multi-node port arithmetic lives here too, so that every engine agrees on it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,29 @@ from typing import Any
 INIT_PORT_OFFSET = 10000
 """vLLM and SGLang ranks meet at the leader's port + this: outside llmgw's shard port
 range, so never another shard's port."""
+
+# A host name, IPv4 or bare IPv6 address, then `:port`: the shape apply writes a peer in
+# (llmgw.apply.executor), and the only one the role's entry may hold (entry.check_entry).
+_PEER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.:-]{0,252}):([0-9]{1,5})$")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Where one shard of a replica listens: its host's management address and its port."""
+
+    address: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Peer:
+        """A peer of the role's entry, `address:port` (split once, here)."""
+        m = _PEER.match(text)
+        if m is None or not 0 < int(m.group(2)) < 65536:
+            raise ValueError(f"peers entry {text!r} is not address:port")
+        return cls(m.group(1), int(m.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.address}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -29,7 +53,7 @@ class Shard:
     rank: int = 0
     nodes: int = 1
     leader: str = ""
-    peers: tuple[str, ...] = ()  # address:port of every shard, in rank order
+    peers: tuple[Peer, ...] = ()  # every shard, in rank order
     key_config: str = ""  # a file of options holding the API key, for engines that read one (SGLang)
     trust_remote_code: bool = False  # the profile's reviewed key: the engine runs the model's own code
 
@@ -45,12 +69,11 @@ class Shard:
     @property
     def init_port(self) -> int:
         """Where the ranks of a vLLM or SGLang replica meet: the leader's port + 10000."""
-        leader_port = int(self.peers[0].rsplit(":", 1)[1]) if self.peers else self.port
-        return leader_port + INIT_PORT_OFFSET
+        return (self.peers[0].port if self.peers else self.port) + INIT_PORT_OFFSET
 
     @property
-    def workers(self) -> tuple[str, ...]:
-        """address:port of every shard but rank 0 (llama.cpp's RPC workers)."""
+    def workers(self) -> tuple[Peer, ...]:
+        """Every shard but rank 0 (llama.cpp's RPC workers)."""
         return self.peers[1:]
 
     @classmethod
@@ -60,7 +83,7 @@ class Shard:
                    port=int(entry["port"]), gpus=tuple(int(g) for g in entry.get("gpus") or ()),
                    args=tuple(str(a) for a in entry.get("args") or ()), rank=int(entry.get("rank") or 0),
                    nodes=int(entry.get("nodes") or 1), leader=str(entry.get("leader") or ""),
-                   peers=tuple(str(p) for p in entry.get("peers") or ()),
+                   peers=tuple(Peer.parse(str(p)) for p in entry.get("peers") or ()),
                    key_config=str(entry.get("key_config") or ""),
                    trust_remote_code=_flag(entry.get("trust_remote_code")))
 

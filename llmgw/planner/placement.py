@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from llmgw.catalog import Model, Profile
+from llmgw.engines import get
 from llmgw.planner.fleet import (
     BYTES_PER_GB,
     MB_PER_GB,
@@ -72,9 +73,10 @@ class Need:
 
 
 def needs_fabric(p: Profile) -> bool:
-    """Multi-node replicas meet over an InfiniBand fabric (NCCL), except llama.cpp's: its
-    rank 0 reaches the rpc-server workers over TCP, on their management addresses."""
-    return p.nodes > 1 and p.engine != "llamacpp"
+    """Multi-node replicas meet over an InfiniBand fabric (NCCL), except where the engine's
+    descriptor says TCP (llama.cpp: rank 0 reaches the rpc-server workers on their
+    management addresses)."""
+    return p.nodes > 1 and get(p.engine).multi_node == "fabric"
 
 
 @dataclass(frozen=True)

@@ -118,11 +118,12 @@ def _checked(key: str, where: str) -> str:
 
 def engine_version(engines: str, fingerprint: str | None) -> str:
     """The engine's version as the engine said it (llama-server puts its build in each answer's
-    `system_fingerprint`), else the version llmgw pins and installs (vLLM, SGLang), else `unknown`."""
+    `system_fingerprint`), else the version llmgw pins and installs (vLLM, SGLang: their
+    descriptors'), else `unknown`."""
     if fingerprint:
         return " ".join(str(fingerprint).split())[:80]
-    from llmgw.engines.versions import SGLANG, VLLM
+    from llmgw.engines import find
 
-    pinned = {"vllm": VLLM, "sglang": SGLANG}
+    pinned = {e: d.version for e in engines.split(",") if (d := find(e)) is not None and d.version}
     known = [f"{e} {pinned[e]}" for e in engines.split(",") if e in pinned]
     return ", ".join(known) if known and len(known) == len(engines.split(",")) else "unknown"

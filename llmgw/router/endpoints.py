@@ -5,13 +5,15 @@ here for that engine, so nothing that manages an engine (vLLM's LoRA loading, pr
 sleep; llama-server's /slots, /props, /lora-adapters, /models/load) is ever reachable
 through it. Anything else under /v1/ is a 404 naming the endpoint and the model.
 
-Each engine maps a client path to the path it serves it on (the tokenizer endpoints sit
-at /tokenize on the engines, at /v1/tokenize for clients). A model serves the endpoints
-of the engines of its replicas; a request goes only to the replicas whose engine serves
-its endpoint. A model with no replica in the state (on demand, stopped) is taken to
-serve what any engine serves: the engine that will start is not known yet.
+Each engine's descriptor (`endpoints` of llmgw.engines.<engine>.ENGINE) maps a client
+endpoint to the path the engine serves it on (the tokenizer endpoints sit at /tokenize on
+some engines, at /v1/tokenize for clients); it is read at each lookup, so the registry of
+engines is the list. A model serves the endpoints of the engines of its replicas; a
+request goes only to the replicas whose engine serves its endpoint. A model with no
+replica in the state (on demand, stopped) is taken to serve what any engine serves: the
+engine that will start is not known yet.
 
-docs/compat.md is this table in prose; tests/router/test_endpoints.py keeps the two equal.
+docs/compat.md is this table and the descriptors' in prose; tests/router/test_endpoints.py keeps the two equal.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
+
+from llmgw.engines.descriptor import engines, find
 
 Body = Literal["json", "multipart", "none"]
 Usage = Literal["chat", "responses", "plain"]
@@ -62,39 +66,6 @@ _ENDPOINTS = (
 )
 ENDPOINTS: dict[str, Endpoint] = {e.key: e for e in _ENDPOINTS}
 
-_SAME = ("POST /v1/chat/completions", "POST /v1/completions", "POST /v1/embeddings", "POST /v1/responses")
-
-# engine -> endpoint key -> the path the engine serves it on. From each engine's own
-# routes: llama-server's server.cpp (the build in $LLMGW_CACHE), vLLM's and SGLang's
-# HTTP servers at the versions llmgw.engines.versions pins (tests/router/
-# test_engine_routes.py reads their route decorators). Neither keeps a DELETE of a
-# response at those versions. llama-server answers a `previous_response_id` with its own 400 (it
-# keeps no responses), and serves transcriptions only with an audio model loaded.
-ENGINES: dict[str, dict[str, str]] = {
-    "llamacpp": {**{k: k.split(" ", 1)[1] for k in _SAME},
-                 "POST /v1/rerank": "/v1/rerank",
-                 "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
-                 "POST /v1/tokenize": "/tokenize",
-                 "POST /v1/detokenize": "/detokenize"},
-    "vllm": {**{k: k.split(" ", 1)[1] for k in _SAME},
-             "GET /v1/responses/{id}": "/v1/responses/{id}",
-             "POST /v1/responses/{id}/cancel": "/v1/responses/{id}/cancel",
-             "POST /v1/rerank": "/v1/rerank",
-             "POST /v1/score": "/v1/score",
-             "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
-             "POST /v1/audio/translations": "/v1/audio/translations",
-             "POST /v1/tokenize": "/tokenize",
-             "POST /v1/detokenize": "/detokenize"},
-    "sglang": {**{k: k.split(" ", 1)[1] for k in _SAME},
-               "GET /v1/responses/{id}": "/v1/responses/{id}",
-               "POST /v1/responses/{id}/cancel": "/v1/responses/{id}/cancel",
-               "POST /v1/rerank": "/v1/rerank",
-               "POST /v1/score": "/v1/score",
-               "POST /v1/audio/transcriptions": "/v1/audio/transcriptions",
-               "POST /v1/tokenize": "/v1/tokenize",
-               "POST /v1/detokenize": "/v1/detokenize"},
-}
-
 # A response id as engines make them (resp_…, with vLLM's and SGLang's alphabets): no
 # slash, no dot, bounded, so a path can never smuggle another route into the upstream URL.
 _ID = r"[A-Za-z0-9_\-]{1,200}"
@@ -134,17 +105,18 @@ def methods_for(path: str) -> list[str]:
 
 def upstream_path(engine: str, endpoint: Endpoint, response_id: str | None = None) -> str | None:
     """Where `engine` serves `endpoint`; None when it does not."""
-    path = ENGINES.get(engine, {}).get(endpoint.key)
+    known = find(engine)
+    path = known.endpoints.get(endpoint.key) if known is not None else None
     if path is None:
         return None
     return path.replace("{id}", response_id) if response_id is not None else path
 
 
-def served(engines: Iterable[str]) -> list[str]:
+def served(engines_of: Iterable[str]) -> list[str]:
     """The endpoint keys a model with replicas of these engines serves, in declaration order.
 
     No engine known (no replica yet): what any engine serves.
     """
-    known = {e for e in engines}
-    pool = [ENGINES.get(e, {}) for e in known] if known else list(ENGINES.values())
+    named = set(engines_of)
+    pool = [e.endpoints for e in engines() if e.name in named] if named else [e.endpoints for e in engines()]
     return [e.key for e in _ENDPOINTS if any(e.key in p for p in pool)]

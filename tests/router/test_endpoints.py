@@ -20,8 +20,9 @@ import httpx
 import openai
 import pytest
 
+from llmgw.engines import descriptor
 from llmgw.router.bodies import find_field, multipart_boundary
-from llmgw.router.endpoints import ENDPOINTS, ENGINES, match, served, upstream_path
+from llmgw.router.endpoints import ENDPOINTS, match, served, upstream_path
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.responses import Produced, ResponseAffinity
 from llmgw.state import Replica, Shard
@@ -86,8 +87,8 @@ def test_the_compatibility_table_is_the_declaration() -> None:
     rows = _compat_rows()
     assert list(rows) == list(ENDPOINTS), "docs/compat.md lists the endpoints of endpoints.py, in its order"
     for key, row in rows.items():
-        for engine in ENGINES:
-            path = ENGINES[engine].get(key)
+        for engine in descriptor.names():
+            path = descriptor.get(engine).endpoints.get(key)
             cell = row[engine]
             if path is None:
                 assert cell == "—", f"{key} on {engine}: compat.md says {cell!r}, endpoints.py says not served"
@@ -149,8 +150,8 @@ def test_response_ids_are_remembered_within_a_bound() -> None:
 
 def test_no_engine_management_path_is_declared() -> None:
     """Loading adapters, profiling, sleeping, slots, props: never forwarded."""
-    for paths in ENGINES.values():
-        for upstream in paths.values():
+    for engine in descriptor.engines():
+        for upstream in engine.endpoints.values():
             assert not re.search(r"lora|profile|sleep|wake|slots|props|models/(load|unload)|reset|cache", upstream)
 
 

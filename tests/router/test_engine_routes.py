@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.engines import versions
-from llmgw.router.endpoints import ENGINES
+from llmgw.engines import get, versions
 
 # The engines' parser venvs are host set-up (scripts/setup-host builds them): not in `make unit`.
 pytestmark = pytest.mark.engine
@@ -53,9 +52,9 @@ def test_declared_endpoints_are_the_engines_own_routes(engine: str) -> None:
         pytest.fail(f"{root} is missing: run scripts/build-engine-venvs (scripts/setup-host does)", pytrace=False)
     routes = served_routes(root)
     assert len(routes) > 20, f"read too few routes from {root}: the decorator pattern no longer fits"
-    for key, upstream in ENGINES[engine].items():
+    for key, upstream in get(engine).endpoints.items():
         method = key.split(" ", 1)[0]
-        assert (method, upstream) in routes, f"{engine} {versions.VLLM if engine == 'vllm' else versions.SGLANG} " \
+        assert (method, upstream) in routes, f"{engine} {get(engine).version} " \
                                              f"serves no {method} {upstream} (declared for {key})"
     # Declared as served by no engine: still true at these versions.
     assert ("DELETE", "/v1/responses/{id}") not in routes

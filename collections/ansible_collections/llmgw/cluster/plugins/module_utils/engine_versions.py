@@ -18,6 +18,13 @@ from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import FactD
 
 _VERSION_RE = re.compile(r"version:?\s*(\S.*)", re.IGNORECASE)
 
+# The engines llmgw installs, as its engine descriptors (llmgw.engines) say: this module
+# runs on the hosts and cannot import llmgw, so tests/engines/test_descriptor.py keeps
+# these equal to them. A binary engine's program (it prints its version); the Python
+# engines, each a virtualenv <engine_dir>/<name> holding the distribution of that name.
+BINARY_ENGINES = {"llamacpp": "llama-server"}
+PYTHON_ENGINES = ("vllm", "sglang")
+
 
 def _first_version(text: str) -> Optional[str]:
     match = _VERSION_RE.search(text)
@@ -77,14 +84,15 @@ def engine_versions(run: Run, search_dirs: List[str], engine_dir: Optional[str] 
     what `llama-server --version` prints. An engine not found is absent.
     """
     found: FactDict = {}
-    builds = glob.glob(os.path.join(engine_dir, "llamacpp", "*", "llama-server")) if engine_dir else []
-    llama = _newest(builds) or find_program("llama-server", search_dirs)
-    if llama:
-        rc, out, err = run([llama, "--version"])
-        text = (out or "") + "\n" + (err or "")
-        version = _first_version(text) if rc == 0 or "version" in text else None
-        found["llamacpp"] = version or "unknown"
-    for engine in ("vllm", "sglang"):
+    for engine, binary in BINARY_ENGINES.items():
+        builds = glob.glob(os.path.join(engine_dir, engine, "*", binary)) if engine_dir else []
+        program = _newest(builds) or find_program(binary, search_dirs)
+        if program:
+            rc, out, err = run([program, "--version"])
+            text = (out or "") + "\n" + (err or "")
+            version = _first_version(text) if rc == 0 or "version" in text else None
+            found[engine] = version or "unknown"
+    for engine in PYTHON_ENGINES:
         version = _venv_version(os.path.join(engine_dir, engine), engine) if engine_dir else None
         if version is None:
             version = _dist_version(engine)
