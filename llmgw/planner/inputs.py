@@ -1,6 +1,7 @@
 """Everything a plan is made from, gathered in one immutable bundle.
 
-The planner is a pure function of this bundle: no clock, no files, no network. The
+The planner is a pure function of this bundle: no files, no network, and the clock only as
+the value `now` carried here. The
 CLI loads it from a site (`llmgw.planner.load`); tests and the benchmark build it.
 """
 
@@ -8,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from llmgw.catalog import Catalog
 from llmgw.facts.records import HostFacts
 from llmgw.inventory import Host
-from llmgw.site import PortRange
+from llmgw.site import LOST_AFTER, UNREACHABLE_AFTER, PortRange
 from llmgw.state import State
 
 
@@ -86,6 +88,10 @@ class PlanInputs:
     is not known, and the disk filter then passes (unknown is not zero). `unservable`
     maps a source to the reasons the fleet's llama-server cannot load it; its llama.cpp
     profiles are then never tried.
+
+    `now` is the clock the plan is judged at (drain deadlines; nodes unreachable, then lost,
+    after `unreachable_after` and `lost_after` seconds of stale facts: llmgw.nodetime). None:
+    no clock, so no deadline has passed and no node has stopped answering.
     """
 
     catalog: Catalog
@@ -96,3 +102,6 @@ class PlanInputs:
     ports: PortRange = field(default_factory=PortRange)
     weight_sizes: Mapping[str, int | None] = field(default_factory=dict)
     unservable: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    now: datetime | None = None
+    unreachable_after: int = UNREACHABLE_AFTER
+    lost_after: int = LOST_AFTER
