@@ -199,6 +199,13 @@ def _short(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def plan_clock(site: Site, now: datetime | None = None) -> datetime | None:
+    """The clock a site's plans are judged at (PlanInputs.now): `now`, else the time now. A
+    recorded site's facts were gathered elsewhere, long ago: with no clock they never age into
+    lost nodes (and no drain deadline passes there)."""
+    return None if site.config.recorded else (now or datetime.now(UTC))
+
+
 def load_inputs(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> PlanInputs:
     """The plan's inputs; parsed facts and fabric maps of large fleets come from the memo
     (`llmgw.facts.memo`) when their files did not change: the plan is the same either way."""
@@ -217,7 +224,4 @@ def _load_inputs(site: Site, *, memo_min: int) -> PlanInputs:
         state=_read_state(site, nodes), fabrics=placement_fabrics(facts, site.facts_dir.resolve(), memo_min=memo_min),
         ports=site.config.ports,
         weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned},
-        # A recorded site's facts were gathered elsewhere, long ago: judged with no clock, they
-        # never age into lost nodes (and no drain deadline passes there).
-        now=None if site.config.recorded else datetime.now(UTC),
-        unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)
+        now=plan_clock(site), unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)

@@ -542,7 +542,9 @@ class _Planner:
             change=sum(a.action == "update" for a in actions),
             destroy=sum(a.action in ("destroy", "replace") for a in actions))
         if self.trace is not None:
-            self.trace.stale = {n.name for n in self.fleet.nodes if n.facts is not None and n.facts.stale}
+            # Unreachable nodes are not planned with their last facts: they take nothing.
+            self.trace.stale = {n.name for n in self.fleet.nodes
+                                if n.facts is not None and n.facts.stale and n.name not in self.liveness}
             for m in self.catalog:
                 if m.name == self.trace.model:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
