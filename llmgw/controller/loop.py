@@ -228,7 +228,9 @@ class Controller:
         if self.policy == "approve":
             return "policy approve: every plan waits"
         if self.policy == "auto" and plan.summary.destroy > 0:
-            return "it destroys"
+            # A drain's deadline ending in a destroy takes the model below min: say so, not just "destroys".
+            ended = [a.replica or "" for a in plan.actions if a.code == "drain_deadline"]
+            return "it destroys" + (f" ({', '.join(ended)}: past a drain deadline, below scaling.min)" if ended else "")
         trusting = widens_trust(plan, state) if self.policy == "auto" else []
         if trusting:
             # Anyone who may commit to the catalog can set trust_remote_code: a person reviews it.
