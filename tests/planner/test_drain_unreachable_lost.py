@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from llmgw.planner import PlanInputs, make_plan
 from llmgw.planner.explain import explain, render_explanation
+from llmgw.planner.render import render_plan
 from llmgw.state import State
 from tests.support.plan_inputs import T0, facts, gpu_profile, host, inputs, model
 
@@ -72,6 +73,10 @@ def test_lost_with_nowhere_to_go_is_destroyed_from_the_state_alone() -> None:
     [a] = plan.actions
     assert (a.action, a.replica, a.code, a.unreached) == ("destroy", "m-1", "no_replacement", ["a"])
     assert a.reason.endswith("lost since 2025-01-01T01:30:00Z; no node can take a replacement")
+    text = render_plan(plan, _state())
+    assert ("  # m-1 will be destroyed: node a is lost: no gathering has reached it since 2025-01-01T01:00:00Z "
+            "(unreachable: ssh timed out), lost since 2025-01-01T01:30:00Z; no node can take a replacement\n"
+            "  # on a (lost): removed from the state only; the host is not contacted\n") in text
 
 
 def test_a_node_never_gathered_is_not_lost() -> None:
