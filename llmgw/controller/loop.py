@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from llmgw.apply import applier_for
@@ -99,6 +100,10 @@ class Controller:
         self.status = Status()
         self._leadership = contextlib.ExitStack()
         self._mutex = threading.Lock()  # one tick at a time (the loop, and an API approval)
+        # When the clock alone changes the last commit's plan (a drain deadline, a node turning
+        # lost: PlanInputs.next_change); that commit is planned again then. Kept in memory: after a
+        # restart, the next commit (or `llmgw plan`) sees it.
+        self._replan_at: datetime | None = None
         self.scaler = Scaler(runs=self.runs, backend=self.backend, name=self.name, grace=grace, say=self.say,
                              seal=self.seal)
 
@@ -154,6 +159,9 @@ class Controller:
                     if newest is not None and newest.status not in ("interrupted",) and newest.commit == head:
                         self.status.last_commit = head  # planned already (by us before a restart, or a leader)
                 if head != self.status.last_commit:
+                    self._plan(head)
+                elif self._replan_at is not None and datetime.now(UTC) >= self._replan_at:
+                    self.say(f"{head[:12]}: planned again: a drain deadline passed or a node stopped answering")
                     self._plan(head)
                 for run in sorted(self.runs.all(), key=lambda r: r.id):
                     if run.status == "approved":
@@ -244,6 +252,7 @@ class Controller:
         self.status.last_commit = commit
         try:
             inputs = load_inputs(self._planning_site(commit))
+            self._replan_at = inputs.next_change()
             plan = make_plan(inputs)
             why = self._needs_approval(plan, inputs.state, commit) if plan.has_changes else None
         except GitError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from llmgw.catalog import Catalog
@@ -105,3 +105,19 @@ class PlanInputs:
     now: datetime | None = None
     unreachable_after: int = UNREACHABLE_AFTER
     lost_after: int = LOST_AFTER
+
+    def next_change(self) -> datetime | None:
+        """The first moment after `now` at which the clock alone changes the plan: a drain
+        deadline passing, a node with stale facts turning unreachable or lost (llmgw.nodetime).
+        None without a clock or when nothing is due."""
+        if self.now is None:
+            return None
+        now = self.now
+        due = [h.drain_deadline for h in self.nodes.values()
+               if h.node_state == "draining" and h.drain_deadline is not None]
+        for name in self.nodes:
+            f = self.facts.get(name)
+            if f is not None and f.stale_since is not None:
+                due += [f.stale_since + timedelta(seconds=s) for s in (self.unreachable_after, self.lost_after)]
+        later = [t for t in due if t > now]
+        return min(later) if later else None

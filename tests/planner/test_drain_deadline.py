@@ -104,3 +104,13 @@ def test_explain_says_what_the_drain_waits_for_and_until_when() -> None:
 def test_the_plan_is_the_same_bytes_at_two_times_before_the_deadline() -> None:
     # What apply checks (check_replanned): the plan must not change with the clock alone.
     assert make_plan(_at(-timedelta(minutes=59))).to_json() == make_plan(_at(-timedelta(seconds=1))).to_json()
+
+
+def test_next_change_is_the_deadline_then_nothing() -> None:
+    assert _at(-timedelta(minutes=5)).next_change() == DEADLINE
+    assert _at(timedelta(0)).next_change() is None  # passed: nothing more is due
+    assert _at(None).next_change() is None  # no clock
+    stale = facts("b", 4).model_copy(update={"stale_since": DEADLINE})
+    later = replace(_at(-timedelta(minutes=5)), facts={"a": FACTS[0], "b": stale})
+    assert later.next_change() == DEADLINE  # the deadline comes before b's unreachable_after
+    assert replace(later, now=DEADLINE).next_change() == DEADLINE + timedelta(seconds=later.unreachable_after)
