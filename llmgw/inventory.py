@@ -10,6 +10,7 @@ Host vars llmgw reads:
     llmgw_cache_dir     where llmgw fetches weights (default /var/cache/llmgw)
     llmgw_mgmt_address  how routers reach the engines (default ansible_host, then the name)
     llmgw_failure_domain  a name (room, power feed...) a model's replicas spread across
+    llmgw_drain_deadline  when a drain stops waiting for room elsewhere (UTC, set by `llmgw drain`)
 Nodes are the hosts of group `llmgw_nodes`; without that group, every host that is not
 only a router. Routers are the hosts of group `llmgw_routers`.
 
@@ -42,6 +43,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -49,6 +51,7 @@ from typing import Any, Literal, cast
 from llmgw.childenv import child_env
 from llmgw.errors import InventoryError
 from llmgw.facts import memo
+from llmgw.nodetime import DRAIN_DEADLINE_VAR, parse_deadline
 from llmgw.yamlio import FileError, check_yaml_file
 
 NodeState = Literal["ready", "cordoned", "draining"]
@@ -74,6 +77,7 @@ class Host:
     model_dirs: list[str] = field(default_factory=list)
     cache_dir: str = DEFAULT_CACHE_DIR
     mgmt_address: str = ""
+    drain_deadline: datetime | None = None  # llmgw_drain_deadline (llmgw.nodetime), UTC
     vars: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -146,6 +150,16 @@ def _host(name: str, hv: dict[str, Any], groups: frozenset[str], path: Path = Pa
     state = hv.get("llmgw_node_state", "ready")
     if state not in NODE_STATES:
         raise problem("llmgw_node_state", "one of ready, cordoned, draining")
+    deadline = None
+    if hv.get(DRAIN_DEADLINE_VAR) is not None:
+        try:
+            deadline = parse_deadline(hv[DRAIN_DEADLINE_VAR])
+        except ValueError as exc:
+            # The bad value's own line (the key's first line could be another host's).
+            at = where(path, str(hv[DRAIN_DEADLINE_VAR]))
+            raise InventoryError(f"{at}: host {name}: {DRAIN_DEADLINE_VAR}: {exc}",
+                                 hint=f"correct it, or set it again with `llmgw drain {name} --deadline 1h`",
+                                 host=name) from None
     labels = hv.get("llmgw_labels") or {}
     if not isinstance(labels, dict):
         raise problem("llmgw_labels", "a mapping of label: value")
@@ -169,7 +183,7 @@ def _host(name: str, hv: dict[str, Any], groups: frozenset[str], path: Path = Pa
         raise problem(key, "an IP address or a DNS name (no spaces, ports, paths, control characters or templates)")
     return Host(name=name, groups=groups, node_state=cast(NodeState, state),
                 labels={str(k): str(v) for k, v in labels.items()}, model_dirs=list(dirs),
-                cache_dir=cache, mgmt_address=str(mgmt), vars=hv)
+                cache_dir=cache, mgmt_address=str(mgmt), drain_deadline=deadline, vars=hv)
 
 
 def parse_inventory_json(path: Path, data: dict[str, Any]) -> Inventory:

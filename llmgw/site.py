@@ -10,12 +10,20 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from llmgw.catalog.schema import parse_duration
 from llmgw.errors import LlmgwError, SiteError
+from llmgw.nodetime import check_intervals
 from llmgw.yamlio import line_of, load_yaml
 
 SITE_FILE = "llmgw.yaml"
+# How long a node's facts stay stale (no gathering reaches it) before it is unreachable, and
+# before it is lost (llmgw.nodetime); llmgw.yaml's unreachable_after and lost_after, in seconds.
+UNREACHABLE_AFTER = 5 * 60
+LOST_AFTER = 30 * 60
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]  # 30m, 1h30m, 90s or seconds
 
 
 class PortRange(BaseModel):
@@ -60,6 +68,17 @@ class SiteConfig(BaseModel):
     # use), and every Ansible run and tunnel checks against this file strictly. Commit it (or
     # pin the keys in it yourself); the lab writes its own.
     known_hosts: str = "known_hosts"
+    # A node whose facts stay stale this long is unreachable: no new replica goes there; after
+    # lost_after, plans replace its replicas elsewhere and drop them from the state unreached.
+    unreachable_after: Duration = UNREACHABLE_AFTER
+    lost_after: Duration = LOST_AFTER
+
+    @model_validator(mode="after")
+    def _intervals(self) -> SiteConfig:
+        problem = check_intervals(self.unreachable_after, self.lost_after)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     @field_validator("prometheus")
     @classmethod

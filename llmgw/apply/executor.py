@@ -12,6 +12,10 @@ The order (docs/architecture.md, "Apply: rolling and safe"):
    the replica removed from the state and delivered again;
 3. destroyed replicas the same way, then units the state never recorded (drift).
 
+A replica going away from a lost node (the plan's `unreached`, llmgw.nodetime) is removed
+from the state without contacting that host: it stopped answering, and an Ansible run
+against it would only fail. Its units there, should it come back, are strays to the next plan.
+
 A kill at any point leaves a state that tells the truth: a `starting` or `draining`
 replica is destroyed by the next plan (and replaced when the catalog still wants it),
 which the next apply carries out.
@@ -19,7 +23,7 @@ which the next apply carries out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -207,7 +211,7 @@ class Applier:
         for r in replicas:
             self.say(f"{r.id} is ready at {r.endpoint}")
 
-    def _take_down(self, ids: Sequence[str]) -> None:
+    def _take_down(self, ids: Sequence[str], unreached: Collection[str] = ()) -> None:
         doomed = [r for r in self.state.replicas if r.id in set(ids)]
         if not doomed:
             return
@@ -218,7 +222,7 @@ class Applier:
         if busy:
             self.say(f"Grace period over with requests still in flight on {', '.join(busy)}; stopping anyway")
             self.outcome.grace_expired.extend(busy)
-        self._stop_units([(s.node, s.unit) for r in doomed for s in r.shards])
+        self._stop_units([(s.node, s.unit) for r in doomed for s in r.shards], unreached)
         gone = set(names)
         self._set_replicas([r for r in self.state.replicas if r.id not in gone], models=self._models_during())
         self._undelivered = True  # the routers learn it with the next delivery (at the latest, the last)
@@ -237,11 +241,15 @@ class Applier:
                             f"its scaling.min {floor}: its replacement {a.replica} is not ready",
                             hint="make a new plan with `llmgw plan` (this one has no replacement to start)")
 
-    def _stop_units(self, units: Sequence[tuple[str, str]]) -> None:
+    def _stop_units(self, units: Sequence[tuple[str, str]], unreached: Collection[str] = ()) -> None:
         by_host: dict[str, list[dict[str, Any]]] = {}
         for node, unit in units:
             if node not in self.inventory.nodes:
                 self.say(f"{node} is no longer in the inventory; {unit} is left to whoever removed it")
+                continue
+            if node in unreached:
+                self.say(f"{node} is lost: {unit} is removed from the state only, without contacting the host; "
+                         "if it comes back, the next plan stops the unit there as a stray")
                 continue
             by_host.setdefault(node, []).append({"unit": unit_base(unit), "state": "absent"})
         if by_host:
@@ -263,9 +271,10 @@ class Applier:
                 self._bring_up([planned[a.replica]])
             if a.replaces:
                 self._keep_floor(a)
-                self._take_down([a.replaces])
+                self._take_down([a.replaces], a.unreached)
         destroys = by_kind.get("destroy", [])
-        self._take_down([a.replica for a in destroys if a.replica and not a.stray])
+        self._take_down([a.replica for a in destroys if a.replica and not a.stray],
+                        {n for a in destroys if not a.stray for n in a.unreached})
         strays = [(u.node, u.unit) for a in destroys if a.stray for u in a.units]
         if strays:
             self._stop_units(strays)

@@ -6,13 +6,16 @@ refused with nothing written when the result would be invalid.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from llmgw import edits
 from llmgw.cli.context import AppContext, pass_app
-from llmgw.inventory import NodeState
+from llmgw.errors import UsageError
+from llmgw.inventory import NodeState, load_inventory
+from llmgw.nodetime import DEFAULT_DRAIN_DEADLINE, deadline_after, format_time
 from llmgw.site import Site
 
 _STATE_NOTES: dict[NodeState, str] = {
@@ -48,7 +51,43 @@ def _node_command(verb: str, state: NodeState, summary: str) -> click.Command:
 
 cordon = _node_command("cordon", "cordoned", "Place no new replicas on NODE; the ones it runs stay.")
 uncordon = _node_command("uncordon", "ready", "Let NODE take new replicas again (undoes cordon and drain).")
-drain = _node_command("drain", "draining", "Move every replica off NODE at the next apply, without dropping a request.")
+
+
+@click.command("drain")
+@click.argument("node")
+@click.option("--deadline", metavar="DURATION",
+              help=f"How long replicas that no other node can take stay on NODE (30m, 1h, 90s; default "
+                   f"{DEFAULT_DRAIN_DEADLINE}). The first plan after it destroys them, even below scaling.min.")
+@pass_app
+def drain(app: AppContext, node: str, deadline: str | None) -> None:
+    """Move every replica off NODE at the next apply, without dropping a request.
+
+    Sets `llmgw_node_state: draining` and `llmgw_drain_deadline` (a UTC time, now plus
+    --deadline) for NODE where the inventory defines it (YAML only), keeping comments and
+    order. Until the deadline, a replica no other node can take stays and the plan says
+    until when; the first plan after it destroys that replica (reason drain_deadline) and
+    says how far below scaling.min its model falls. Nothing changes on the hosts until
+    `llmgw apply`; `llmgw uncordon NODE` ends the drain.
+    """
+    site = app.site
+    host = load_inventory(site.inventory).hosts.get(node)
+    if deadline is None and host is not None and host.node_state == "draining" and host.drain_deadline:
+        click.echo(f"{node} is already draining until {format_time(host.drain_deadline)}; nothing was written. "
+                   "Pass --deadline to set another.")
+        return
+    try:
+        until = deadline_after(deadline or DEFAULT_DRAIN_DEADLINE, datetime.now(UTC))
+    except ValueError as exc:
+        raise UsageError(f"--deadline: {exc}", hint="give a duration like 30m, 1h or 90s") from None
+    edit = edits.node_state_edit(site.inventory, node, "draining", until)
+    when = f"until {format_time(until)}" + (f" (the default {DEFAULT_DRAIN_DEADLINE} from now)" if deadline is None
+                                             else "")
+    if edit is None:
+        click.echo(f"{node} is already draining {when}; nothing was written.")
+        return
+    _show(site, edit, f"{node} is now draining {when}: {_STATE_NOTES['draining']}; a replica no other node can "
+                      "take by then is destroyed by the first plan after it.")
+
 
 @click.command("scale")
 @click.argument("model")

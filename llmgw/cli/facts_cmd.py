@@ -59,7 +59,7 @@ def node_row(rec: dict[str, Any]) -> list[str]:
     classes = rec["classes"]
     return [
         rec["node"],
-        rec["state"],
+        rec["state"] + (f", {rec['condition']}" if rec["condition"] else ""),  # unreachable, lost (llmgw.nodetime)
         UNKNOWN if gpus is None else f"{gpus['free']}/{gpus['total']}",
         UNKNOWN if rec["memory_mb"] is None else human_bytes(rec["memory_mb"] * 1024 * 1024),
         disk_text,
@@ -206,6 +206,8 @@ def nodes_command(app: AppContext, as_json: bool) -> None:
         for r in stale:
             output.console.print(f"  {r['node']}: since {when(datetime.fromisoformat(r['stale_since']))}: "
                                  f"{r['stale_reason']}", markup=False, soft_wrap=True)
+            if r["condition_reason"]:
+                output.console.print(f"    {r['condition_reason']}", markup=False, soft_wrap=True)
     for note in notes:
         output.console.print(f"\n{note}", markup=False, soft_wrap=True)
 

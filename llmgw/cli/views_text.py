@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from llmgw.nodetime import DEFAULT_DRAIN_DEADLINE
+
 NEVER = "-"
 BAR_WIDTH = 30
 BAR_STYLE = {"used": ("█", "cyan"), "free": ("░", "green"), "held_back": ("▒", "yellow"),
@@ -19,6 +21,28 @@ BAR_STYLE = {"used": ("█", "cyan"), "free": ("░", "green"), "held_back": ("�
 def console() -> Console:
     """A console sized now (COLUMNS read per command, so tests and pipes get their width)."""
     return Console(highlight=False, soft_wrap=False)
+
+
+def drain_line(d: dict[str, Any]) -> str:
+    """What one drain (an entry of status's `drains`) waits for, and until when."""
+    node, end = d["node"], d["deadline"]
+    if not d["replicas"]:
+        return f"{node} is drained: it runs no replica"
+    if end is None:
+        until = f"{node} drains with no deadline (`llmgw drain {node} --deadline {DEFAULT_DRAIN_DEADLINE}` sets one)"
+    elif d["deadline_passed"]:
+        until = f"{node} drains; its deadline {end} has passed"
+    else:
+        until = f"{node} drains until {end}"
+    parts = []
+    if d["moving"]:
+        parts.append(f"the next apply moves {', '.join(d['moving'])}")
+    if d["waiting"]:
+        parts.append(f"{', '.join(d['waiting'])} wait{'s' if len(d['waiting']) == 1 else ''} for a node to take "
+                     "a replacement" + (f", at most until {end}" if end and not d["deadline_passed"] else ""))
+    if d["destroyed_at_deadline"]:
+        parts.append(f"the next apply destroys {', '.join(d['destroyed_at_deadline'])}: no node can take it")
+    return f"{until}: {'; '.join(parts)}" if parts else until
 
 
 def _notes(con: Console, notes: Sequence[str]) -> None:
@@ -87,7 +111,13 @@ def status_text(view: dict[str, Any], con: Console) -> None:
         node_line += f"; stale facts: {', '.join(n['stale'])}"
     if n["no_facts"]:
         node_line += f"; no facts: {', '.join(n['no_facts'])}"
+    if n["unreachable"]:
+        node_line += f"; unreachable (nothing new goes there): {', '.join(n['unreachable'])}"
+    if n["lost"]:
+        node_line += f"; lost (its replicas are replaced): {', '.join(n['lost'])}"
     con.print(Text("Nodes     ", style="bold") + Text(node_line), overflow="fold")
+    for d in view["drains"]:
+        con.print(Text(f"  {drain_line(d)}"), overflow="fold")
     rep_line = f"{r['total']}: {r['ready']} ready, {r['starting']} starting, {r['draining']} draining"
     if r["with_errors"]:
         rep_line += f"; {r['with_errors']} with errors (llmgw replicas)"

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from llmgw.apply import applier_for
@@ -99,6 +100,10 @@ class Controller:
         self.status = Status()
         self._leadership = contextlib.ExitStack()
         self._mutex = threading.Lock()  # one tick at a time (the loop, and an API approval)
+        # When the clock alone changes the last commit's plan (a drain deadline, a node turning
+        # lost: PlanInputs.next_change); that commit is planned again then. Kept in memory: after a
+        # restart, the next commit (or `llmgw plan`) sees it.
+        self._replan_at: datetime | None = None
         self.scaler = Scaler(runs=self.runs, backend=self.backend, name=self.name, grace=grace, say=self.say,
                              seal=self.seal)
 
@@ -154,6 +159,9 @@ class Controller:
                     if newest is not None and newest.status not in ("interrupted",) and newest.commit == head:
                         self.status.last_commit = head  # planned already (by us before a restart, or a leader)
                 if head != self.status.last_commit:
+                    self._plan(head)
+                elif self._replan_at is not None and datetime.now(UTC) >= self._replan_at:
+                    self.say(f"{head[:12]}: planned again: a drain deadline passed or a node stopped answering")
                     self._plan(head)
                 for run in sorted(self.runs.all(), key=lambda r: r.id):
                     if run.status == "approved":
@@ -228,7 +236,9 @@ class Controller:
         if self.policy == "approve":
             return "policy approve: every plan waits"
         if self.policy == "auto" and plan.summary.destroy > 0:
-            return "it destroys"
+            # A drain's deadline ending in a destroy takes the model below min: say so, not just "destroys".
+            ended = [a.replica or "" for a in plan.actions if a.code == "drain_deadline"]
+            return "it destroys" + (f" ({', '.join(ended)}: past a drain deadline, below scaling.min)" if ended else "")
         trusting = widens_trust(plan, state) if self.policy == "auto" else []
         if trusting:
             # Anyone who may commit to the catalog can set trust_remote_code: a person reviews it.
@@ -242,6 +252,7 @@ class Controller:
         self.status.last_commit = commit
         try:
             inputs = load_inputs(self._planning_site(commit))
+            self._replan_at = inputs.next_change()
             plan = make_plan(inputs)
             why = self._needs_approval(plan, inputs.state, commit) if plan.has_changes else None
         except GitError:

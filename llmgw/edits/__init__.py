@@ -1,6 +1,6 @@
 """Operator edits of the site's YAML, made so that the diff is the change and nothing else.
 
-    yamltext.py       text surgery on one file (set a key, drop a list item), proven by re-parsing
+    yamltext.py       text surgery on one file (set or drop a key, drop a list item), proven by re-parsing
     node_state.py     `llmgw cordon/uncordon/drain`: a node's llmgw_node_state in the inventory
     catalog_edits.py  `llmgw scale`, `llmgw model add/remove`: the catalog files
 
@@ -9,7 +9,7 @@ Code outside this package imports from here.
 
 from llmgw.edits.catalog_edits import Scaled, in_force, model_add_edit, model_remove_edit, scale_edit
 from llmgw.edits.node_state import HostEntry, host_entries, node_state_edit
-from llmgw.edits.yamltext import FileEdit, UnsafeEdit, remove_item, set_key
+from llmgw.edits.yamltext import FileEdit, UnsafeEdit, remove_item, remove_key, set_key
 
 __all__ = [
     "FileEdit",
@@ -22,6 +22,7 @@ __all__ = [
     "model_remove_edit",
     "node_state_edit",
     "remove_item",
+    "remove_key",
     "scale_edit",
     "set_key",
 ]

@@ -1,5 +1,8 @@
 """`llmgw cordon/uncordon/drain`: set a node's `llmgw_node_state` where the host is defined.
 
+A drain also records its deadline (`llmgw_drain_deadline`, llmgw.nodetime) beside the state;
+cordon and uncordon remove it there.
+
 The host may be defined in several inventory files and host_vars; the edit goes where Ansible
 would read it last, and the whole inventory is loaded again from a scratch copy to check that
 Ansible then sees the new state.
@@ -10,12 +13,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from llmgw.edits.yamltext import YAML_SUFFIXES, FileEdit, at_path, prove, set_key
+from llmgw.edits.yamltext import YAML_SUFFIXES, FileEdit, at_path, prove, remove_key, set_key
 from llmgw.errors import InventoryError, UsageError
 from llmgw.inventory import NodeState, load_inventory
+from llmgw.nodetime import DRAIN_DEADLINE_VAR, format_time
 from llmgw.yamlio import YamlSyntaxError, loads_yaml
 
 
@@ -95,7 +100,8 @@ def host_entries(inventory: Path, host: str) -> tuple[list[HostEntry], list[Path
     return entries, ini
 
 
-def _validated_inventory(inventory: Path, edit: FileEdit, node: str, state: NodeState) -> None:
+def _validated_inventory(inventory: Path, edit: FileEdit, node: str, state: NodeState,
+                         deadline: datetime | None) -> None:
     """Load the inventory as Ansible would with the edit made, in a scratch copy."""
     with tempfile.TemporaryDirectory(prefix="llmgw-inventory-") as tmp:
         scratch = Path(tmp) / "inventory"
@@ -120,10 +126,18 @@ def _validated_inventory(inventory: Path, edit: FileEdit, node: str, state: Node
                              f"{node} as {now}",
                              hint="llmgw_node_state is set with higher precedence elsewhere (group_vars, "
                                   "another host_vars file); change it there; nothing was written", host=node)
+    if state == "draining" and host.drain_deadline != deadline:
+        seen = format_time(host.drain_deadline) if host.drain_deadline else "none"
+        raise InventoryError(f"the edit to {edit.path} would not take effect: Ansible would still see {node}'s "
+                             f"{DRAIN_DEADLINE_VAR} as {seen}",
+                             hint=f"{DRAIN_DEADLINE_VAR} is set with higher precedence elsewhere (group_vars, "
+                                  "another host_vars file); remove it there; nothing was written", host=node)
 
 
-def node_state_edit(inventory: Path, node: str, state: NodeState) -> FileEdit | None:
-    """The edit that gives `node` this state, or None when it already has it."""
+def node_state_edit(inventory: Path, node: str, state: NodeState,
+                    deadline: datetime | None = None) -> FileEdit | None:
+    """The edit that gives `node` this state (and, for draining, this deadline; any other state
+    drops the deadline where the state is set), or None when it already has them."""
     inv = load_inventory(inventory)
     host = inv.hosts.get(node)
     if host is None:
@@ -131,7 +145,7 @@ def node_state_edit(inventory: Path, node: str, state: NodeState) -> FileEdit | 
         raise UsageError(f"no host {node} in the inventory {inventory}", hint=f"nodes: {known}")
     if node not in inv.nodes:
         raise UsageError(f"{node} is a router, not a node; only nodes take replicas")
-    if host.node_state == state:
+    if host.node_state == state and (state != "draining" or host.drain_deadline == deadline):
         return None
     entries, ini = host_entries(inventory, node)
     if not entries:
@@ -146,6 +160,12 @@ def node_state_edit(inventory: Path, node: str, state: NodeState) -> FileEdit | 
     entry = next((e for e in setting if e.at == ()), setting[-1] if setting else entries[0])
     before = entry.file.read_text(encoding="utf-8")
     after = set_key(before, entry.file, entry.at, "llmgw_node_state", state)
+    # Quoted: unquoted, YAML would read a timestamp and Ansible hand it on as another text.
+    stamp = format_time(deadline) if state == "draining" and deadline is not None else None
+    if stamp is not None:
+        after = set_key(after, entry.file, entry.at, DRAIN_DEADLINE_VAR, f'"{stamp}"')
+    else:
+        after = remove_key(after, entry.file, entry.at, DRAIN_DEADLINE_VAR)
 
     def expect(data: Any) -> Any:
         target = at_path(data, entry.at[:-1]) if entry.at else None
@@ -154,9 +174,14 @@ def node_state_edit(inventory: Path, node: str, state: NodeState) -> FileEdit | 
             target[entry.at[-1]] = {"llmgw_node_state": state}
         else:
             at_path(data, entry.at)["llmgw_node_state"] = state
+        host_vars = at_path(data, entry.at)
+        if stamp is not None:
+            host_vars[DRAIN_DEADLINE_VAR] = stamp
+        else:
+            host_vars.pop(DRAIN_DEADLINE_VAR, None)
         return data
 
     prove(entry.file, before, after, expect)
     edit = FileEdit(entry.file, before, after)
-    _validated_inventory(inventory, edit, node, state)
+    _validated_inventory(inventory, edit, node, state, deadline if stamp is not None else None)
     return edit

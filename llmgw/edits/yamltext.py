@@ -241,6 +241,23 @@ def set_key(text: str, path: Path, mapping_at: Path_, key: str, value: str) -> s
     return "".join(lines)
 
 
+def remove_key(text: str, path: Path, mapping_at: Path_, key: str) -> str:
+    """`text` without `key` (a single value) in the block mapping at `mapping_at`; the lines
+    it spans go, comments on other lines stay. Absent: `text` unchanged."""
+    doc = parse_yaml(text, path)
+    mapping = at_path(doc, mapping_at)
+    if not isinstance(mapping, CommentedMap) or key not in mapping:
+        return text
+    if mapping.fa.flow_style() or len(mapping) == 1 or isinstance(mapping[key], dict | list):
+        raise UnsafeEdit(f"{path}: cannot remove {key} here", hint=BY_HAND)
+    lines = text.splitlines(keepends=True)
+    kl, kc = mapping.lc.key(key)
+    if lines[kl][:kc].strip():  # `host: {key: ...}` style sharing its line with another key
+        raise UnsafeEdit(f"{path}: cannot remove {key} here", hint=BY_HAND)
+    del lines[kl:_block_end(lines, kl, kc) + 1]
+    return "".join(lines)
+
+
 def remove_item(text: str, path: Path, seq_at: Path_, index: int) -> str:
     """`text` without item `index` of the block sequence at `seq_at`, with its comments inside it."""
     doc = parse_yaml(text, path)

@@ -64,6 +64,9 @@ class NodeView:
     fabrics: tuple[str, ...]
     leaves: dict[str, tuple[tuple[str, str], ...]]
     degraded: dict[str, bool]
+    # Why it takes nothing new though the inventory says ready: it stopped answering
+    # (llmgw.nodetime; set by the reconciler, which knows the clock).
+    unreachable: str | None = None
     used: set[int] = field(default_factory=set)
     mem_reserved_mb: float = 0.0
     ports: set[int] = field(default_factory=set)

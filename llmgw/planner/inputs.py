@@ -1,6 +1,7 @@
 """Everything a plan is made from, gathered in one immutable bundle.
 
-The planner is a pure function of this bundle: no clock, no files, no network. The
+The planner is a pure function of this bundle: no files, no network, and the clock only as
+the value `now` carried here. The
 CLI loads it from a site (`llmgw.planner.load`); tests and the benchmark build it.
 """
 
@@ -8,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from llmgw.catalog import Catalog
 from llmgw.facts.records import HostFacts
 from llmgw.inventory import Host
-from llmgw.site import PortRange
+from llmgw.site import LOST_AFTER, UNREACHABLE_AFTER, PortRange
 from llmgw.state import State
 
 
@@ -86,6 +88,10 @@ class PlanInputs:
     is not known, and the disk filter then passes (unknown is not zero). `unservable`
     maps a source to the reasons the fleet's llama-server cannot load it; its llama.cpp
     profiles are then never tried.
+
+    `now` is the clock the plan is judged at (drain deadlines; nodes unreachable, then lost,
+    after `unreachable_after` and `lost_after` seconds of stale facts: llmgw.nodetime). None:
+    no clock, so no deadline has passed and no node has stopped answering.
     """
 
     catalog: Catalog
@@ -96,3 +102,22 @@ class PlanInputs:
     ports: PortRange = field(default_factory=PortRange)
     weight_sizes: Mapping[str, int | None] = field(default_factory=dict)
     unservable: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    now: datetime | None = None
+    unreachable_after: int = UNREACHABLE_AFTER
+    lost_after: int = LOST_AFTER
+
+    def next_change(self) -> datetime | None:
+        """The first moment after `now` at which the clock alone changes the plan: a drain
+        deadline passing, a node with stale facts turning unreachable or lost (llmgw.nodetime).
+        None without a clock or when nothing is due."""
+        if self.now is None:
+            return None
+        now = self.now
+        due = [h.drain_deadline for h in self.nodes.values()
+               if h.node_state == "draining" and h.drain_deadline is not None]
+        for name in self.nodes:
+            f = self.facts.get(name)
+            if f is not None and f.stale_since is not None:
+                due += [f.stale_since + timedelta(seconds=s) for s in (self.unreachable_after, self.lost_after)]
+        later = [t for t in due if t > now]
+        return min(later) if later else None

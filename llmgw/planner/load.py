@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 from llmgw import collector
@@ -170,7 +171,8 @@ def check_replanned(saved: Plan, fresh: Plan, where: str) -> None:
                         f"facts or state changed since): {differs}",
                         hint="make a new plan with `llmgw plan --out FILE`, review it, and apply that")
     raise PlanError(f"{where} is not the plan its inputs give: {differs}; it was edited after `llmgw plan` "
-                    "saved it (or made by another llmgw)",
+                    "saved it (or made by another llmgw), or time alone changed it: a drain deadline passed, or "
+                    "a node became unreachable or lost, since",
                     hint="do not apply it: make the plan again with `llmgw plan --out FILE` and review that")
 
 
@@ -197,6 +199,13 @@ def _short(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def plan_clock(site: Site, now: datetime | None = None) -> datetime | None:
+    """The clock a site's plans are judged at (PlanInputs.now): `now`, else the time now. A
+    recorded site's facts were gathered elsewhere, long ago: with no clock they never age into
+    lost nodes (and no drain deadline passes there)."""
+    return None if site.config.recorded else (now or datetime.now(UTC))
+
+
 def load_inputs(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> PlanInputs:
     """The plan's inputs; parsed facts and fabric maps of large fleets come from the memo
     (`llmgw.facts.memo`) when their files did not change: the plan is the same either way."""
@@ -214,4 +223,5 @@ def _load_inputs(site: Site, *, memo_min: int) -> PlanInputs:
         catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
         state=_read_state(site, nodes), fabrics=placement_fabrics(facts, site.facts_dir.resolve(), memo_min=memo_min),
         ports=site.config.ports,
-        weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned})
+        weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned},
+        now=plan_clock(site), unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)

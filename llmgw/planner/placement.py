@@ -117,6 +117,8 @@ def static_reason(node: NodeView, key: StaticKey, nodes_wanted: int) -> str | No
     n = node.name
     if node.host.node_state != "ready":
         return f"{n}: {node.host.node_state}"
+    if node.unreachable:
+        return node.unreachable
     if key.selector and (why := _selector_mismatch(node, key.selector)):
         return why
     if key.gpus > 0:
@@ -228,7 +230,7 @@ def static_ok(node: NodeView, key: StaticKey) -> bool:
     """`static_reason(node, key, ...) is None`, without building any sentence: asked of every
     node once per static key (most pass), where the sentences are wanted only for `llmgw explain`."""
     host = node.host
-    if host.node_state != "ready":
+    if host.node_state != "ready" or node.unreachable:
         return False
     if key.selector:
         labels = host.labels

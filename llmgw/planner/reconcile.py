@@ -1,13 +1,15 @@
 """The reconciler: the catalog's wish against the last applied state, as a plan (`schema.py`).
 
 `make_plan(inputs)` is pure and deterministic: the same inputs give byte-identical JSON
-(every list sorted, no clock, no set order leaking). `llmgw apply` consumes the JSON
+(every list sorted, no set order leaking; the clock only as `inputs.now`). `llmgw apply` consumes the JSON
 (`load_plan`); `schema.py` is the contract between the two.
 
 How the state is reconciled, replica by replica:
-- kept where it runs, unless its node is draining or gone from the inventory, its
-  definition changed (spec hash of source + profile), or the facts show its units gone:
-  then replaced (the new one created first, the old one drained and destroyed after);
+- kept where it runs, unless its node is draining, lost (llmgw.nodetime) or gone from the
+  inventory, its definition changed (spec hash of source + profile), or the facts show its
+  units gone: then replaced (the new one created first, the old one drained and destroyed
+  after). One that nothing can take stays, except on a lost or gone node (destroyed: nothing
+  runs there) and past its node's drain deadline (destroyed, even below `scaling.min`);
 - destroyed when its model left the catalog, when more run than `scaling.max`, or when
   it was already being drained when the last apply stopped;
 - `scaling.min` replicas are kept running; more (up to max) are left alone, since those
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from llmgw import collector
 from llmgw.catalog import Model, Profile, format_duration
 from llmgw.errors import PlanError
+from llmgw.nodetime import DEFAULT_DRAIN_DEADLINE, Liveness, format_time, liveness
 from llmgw.planner import schema
 from llmgw.planner.fleet import MB_PER_GB, Fleet, NodeView, fmt_gb
 from llmgw.planner.inputs import PlanInputs
@@ -62,6 +66,9 @@ class _Replacing:
     code: schema.ReasonCode
     reason: str
     destroy_if_unplaced: bool
+    draining: list[str] = field(default_factory=list)  # its draining nodes
+    deadline: datetime | None = None  # when staying on them ends (the earliest of their deadlines)
+    unreached: list[str] = field(default_factory=list)  # its lost nodes (llmgw.nodetime)
 
 
 def _units_fresh(view: NodeView) -> bool:
@@ -96,6 +103,12 @@ class _Planner:
         self.catalog = inputs.catalog
         self.state = inputs.state
         self.fleet = Fleet(inputs.nodes, inputs.facts, inputs.fabrics, inputs.ports)
+        self.liveness: dict[str, Liveness] = {}
+        for view in self.fleet.nodes:
+            found = liveness(view.facts, inputs.now, inputs.unreachable_after, inputs.lost_after)
+            if found is not None:
+                self.liveness[view.name] = found
+                view.unreachable = found.sentence(view.name)
         self.trace = Trace(trace) if trace else None
         self.used_ids = {r.id for r in self.state.replicas}
         self.cache_names = {m.source: cache_name(m.source) for m in self.catalog}
@@ -160,10 +173,13 @@ class _Planner:
     def _size(self, model: Model | None) -> int | None:
         return None if model is None else self.inputs.weight_sizes.get(model.source)
 
+    def _lost_nodes(self, r: Replica) -> list[str]:
+        return sorted({s.node for s in r.shards if (lv := self.liveness.get(s.node)) and lv.condition == "lost"})
+
     def _destroy(self, r: Replica, code: schema.ReasonCode, reason: str) -> None:
         units = [schema.UnitRef(node=s.node, unit=s.unit) for s in sorted(r.shards, key=lambda s: (s.rank, s.node))]
         self.actions.append(schema.Action(action="destroy", replica=r.id, model=r.model, code=code, reason=reason,
-                                   units=units))
+                                   units=units, unreached=self._lost_nodes(r)))
 
     def _classify(self) -> tuple[dict[str, list[Replica]], dict[str, list[_Replacing]]]:
         kept: dict[str, list[Replica]] = {}
@@ -186,14 +202,20 @@ class _Planner:
             gone = sorted({s.node for s in r.shards if s.node not in self.fleet.by_name})
             draining = sorted({s.node for s in r.shards if s.node in self.fleet.by_name
                                and self.fleet.by_name[s.node].host.node_state == "draining"})
+            lost = self._lost_nodes(r)
             why: _Replacing | None = None
             if gone:
                 why = _Replacing(r, "node_gone", f"node {', '.join(gone)} is gone from the inventory", True)
+            elif lost:
+                why = _Replacing(r, "node_lost", "; ".join(self.liveness[n].sentence(f"node {n}") for n in lost),
+                                 True, unreached=lost)
             elif missing:
                 units = ", ".join(f"{s.unit} on {s.node}" for s in missing)
                 why = _Replacing(r, "units_gone", f"its units are gone from the hosts ({units})", True)
             elif draining:
-                why = _Replacing(r, "node_draining", f"node {', '.join(draining)} is draining", False)
+                ends = [d for n in draining if (d := self.fleet.by_name[n].host.drain_deadline) is not None]
+                why = _Replacing(r, "node_draining", f"node {', '.join(draining)} is draining", False,
+                                 draining=draining, deadline=min(ends) if ends else None)
             elif profile is None:
                 why = _Replacing(r, "profile_removed", f"profile {r.profile} is no longer in the catalog", False)
             elif self._spec(model, profile) != r.spec_hash:
@@ -424,18 +446,26 @@ class _Planner:
             if new is not None:
                 self.desired.append(new)
                 self.actions.append(schema.Action(action="replace", replica=new.id, model=model.name, code=x.code,
-                                           reason=x.reason, replaces=x.old.id))
+                                           reason=x.reason, replaces=x.old.id, unreached=x.unreached))
                 continue
             failed.add(model.name)
+            now = self.inputs.now
             if x.destroy_if_unplaced:
                 self._destroy(x.old, "no_replacement", f"{x.reason}; no node can take a replacement")
                 live[model.name] -= 1
                 self._reject(model, found, schema.NotMoved(replica=x.old.id, code=x.code,
                                                     reason=f"{x.reason}; destroyed, since nothing runs there"))
+            elif x.deadline is not None and now is not None and now >= x.deadline:
+                live[model.name] -= 1
+                self._destroy(x.old, "drain_deadline", f"{x.reason} and its drain deadline {format_time(x.deadline)} "
+                              f"has passed; no node can take a replacement: {_floor(model, live[model.name])}")
+                self._reject(model, found, schema.NotMoved(
+                    replica=x.old.id, code=x.code,
+                    reason=f"{x.reason}; destroyed: its drain deadline {format_time(x.deadline)} has passed"))
             else:
                 self.desired.append(self._kept(x.old))
                 self._reject(model, found, schema.NotMoved(replica=x.old.id, code=x.code,
-                                                    reason=f"{x.reason}; it stays until a replacement fits"))
+                                                    reason=f"{x.reason}; {_stays(x)}"))
         self._place_new(live, failed)
         plan = self._finish()
         self.fleet.release()
@@ -512,7 +542,9 @@ class _Planner:
             change=sum(a.action == "update" for a in actions),
             destroy=sum(a.action in ("destroy", "replace") for a in actions))
         if self.trace is not None:
-            self.trace.stale = {n.name for n in self.fleet.nodes if n.facts is not None and n.facts.stale}
+            # Unreachable nodes are not planned with their last facts: they take nothing.
+            self.trace.stale = {n.name for n in self.fleet.nodes
+                                if n.facts is not None and n.facts.stale and n.name not in self.liveness}
             for m in self.catalog:
                 if m.name == self.trace.model:
                     self.trace.final_verdicts = {p.name: verdicts(self.fleet, self._need(m, p)) for p in m.profiles}
@@ -569,7 +601,14 @@ class _Planner:
         notes = []
         for n in self.fleet.nodes:
             f = n.facts
-            if f is None:
+            lv = self.liveness.get(n.name)
+            if lv is not None and lv.condition == "lost":
+                notes.append(f"{lv.sentence(n.name)}: its replicas are replaced elsewhere and dropped from the "
+                             "state without contacting it; nothing new goes there")
+            elif lv is not None:
+                notes.append(f"{lv.sentence(n.name)}: nothing new goes there; its replicas stay until then, when "
+                             "plans replace them elsewhere")
+            elif f is None:
                 notes.append(f"{n.name}: no facts gathered yet; only profiles without GPUs can go there "
                              "(run `llmgw facts`)")
             elif f.stale_since is not None:
@@ -577,6 +616,26 @@ class _Planner:
                 notes.append(f"{n.name}: facts are stale since {f.stale_since.isoformat()}{why}; "
                              "planned with its last good facts")
         return notes + self.foreign
+
+
+def _floor(model: Model, left: int) -> str:
+    """How far below `scaling.min` destroying a replica takes its model (`left`: what remains)."""
+    floor = model.scaling.min
+    if left >= floor:
+        return f"{model.name} keeps {left} replica{'s' if left != 1 else ''}, scaling.min {floor}"
+    return (f"{model.name} falls to {left} of scaling.min {floor} replica{'s' if floor != 1 else ''}, "
+            f"{floor - left} below min")
+
+
+def _stays(x: _Replacing) -> str:
+    """Until when a replica that nothing can take stays on its draining node."""
+    if not x.draining:
+        return "it stays until a replacement fits"
+    if x.deadline is None:
+        return (f"it stays until a replacement fits; the drain has no deadline (`llmgw drain {x.draining[0]} "
+                f"--deadline {DEFAULT_DRAIN_DEADLINE}` sets one; the first plan after it destroys the replica)")
+    return (f"it stays until a replacement fits, at most until the drain deadline {format_time(x.deadline)}; "
+            "the first plan after it destroys the replica")
 
 
 def make_plan(inputs: PlanInputs) -> schema.Plan:

@@ -68,6 +68,13 @@ def _replica_lines(new: PlannedReplica | None, old: Replica | None) -> list[str]
     return lines
 
 
+def _unreached(a: Action) -> list[str]:
+    """The line saying a lost node's units go from the state only (apply cannot reach it)."""
+    if not a.unreached:
+        return []
+    return [f"  # on {', '.join(a.unreached)} (lost): removed from the state only; the host is not contacted"]
+
+
 def _block(a: Action, new_by_id: dict[str, PlannedReplica], old_by_id: dict[str, Replica]) -> list[str]:
     new = new_by_id.get(a.replica or "") if a.action != "destroy" else None
     sym = _SYMBOL[a.action]
@@ -78,7 +85,7 @@ def _block(a: Action, new_by_id: dict[str, PlannedReplica], old_by_id: dict[str,
                 *_replica_lines(new, None), "    }", ""]
     if a.action == "replace":
         old = old_by_id.get(a.replaces or "")
-        return [f"  # {a.replaces} must be replaced by {a.replica}: {a.reason}",
+        return [f"  # {a.replaces} must be replaced by {a.replica}: {a.reason}", *_unreached(a),
                 f'{sym} replica "{a.replaces}" -> "{a.replica}" {{', *_replica_lines(new, old), "    }", ""]
     if a.stray:
         units = [f'      unit = "{u.unit}" on "{u.node}"' for u in a.units]
@@ -86,7 +93,8 @@ def _block(a: Action, new_by_id: dict[str, PlannedReplica], old_by_id: dict[str,
                 *units, "    }", ""]
     old = old_by_id.get(a.replica or "")
     body = _replica_lines(None, old) if old else [f'      unit = "{u.unit}" on "{u.node}"' for u in a.units]
-    return [f"  # {a.replica} will be destroyed: {a.reason}", f'{sym} replica "{a.replica}" {{', *body, "    }", ""]
+    return [f"  # {a.replica} will be destroyed: {a.reason}", *_unreached(a), f'{sym} replica "{a.replica}" {{',
+            *body, "    }", ""]
 
 
 def _unplaced_lines(u: Unplaced, limit: int | None) -> list[str]:

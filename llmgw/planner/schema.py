@@ -53,6 +53,7 @@ ReasonCode = Literal[
     "node_gone",            # replace: a shard's node left the inventory
     "units_gone",           # replace: the facts show a shard's units gone from its host
     "node_draining",        # replace: a shard's node is draining
+    "node_lost",            # replace: a shard's node stopped answering for lost_after (llmgw.nodetime)
     "profile_removed",      # replace: the replica's profile left the catalog
     "definition_changed",   # replace: source or profile changed (spec hash)
     "was_draining",         # destroy: it was being drained when the last apply stopped
@@ -60,6 +61,7 @@ ReasonCode = Literal[
     "model_removed",        # destroy: its model left the catalog
     "scaling_max",          # destroy: more than scaling.max replicas
     "no_replacement",       # destroy: replacing it was needed, nothing can take it, nothing runs there
+    "drain_deadline",       # destroy: its node's drain deadline passed and nothing can take it
     "stray",                # destroy: units the state never recorded (drift)
     "idle",                 # destroy: an on-demand replica idle for its idle_timeout on every router
     "demand",               # create/destroy: the controller starts or drains one on load (controller/demand.py)
@@ -196,6 +198,9 @@ class Action(_Model):
     replaces: ReplicaId | None = None  # for `replace`: the replica destroyed once the new one serves
     units: list[UnitRef] = Field(default_factory=list)  # for `destroy`: what to stop and remove
     stray: bool = False  # a `destroy` of units the state never recorded (drift)
+    # For `destroy` and `replace`: lost nodes of the replica going away; apply drops its units
+    # there from the state without contacting those hosts (they stopped answering).
+    unreached: list[HostName] = Field(default_factory=list)
 
 
 class Rejection(_Model):

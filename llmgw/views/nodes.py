@@ -1,4 +1,5 @@
-"""Per node: inventory state, GPUs (free of healthy, who holds each), memory, disk, fabrics.
+"""Per node: inventory state, GPUs (free of healthy, who holds each), memory, disk, fabrics,
+and whether it stopped answering (`condition`: unreachable, then lost; llmgw.nodetime).
 
 A value a host did not report is None (the pages print `-`): unknown is not zero. The
 fields of the list match `llmgw nodes --json`, so the dashboard's table and the CLI's agree.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.facts.records import Filesystem, HostFacts
+from llmgw.nodetime import liveness
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
 
@@ -66,9 +68,15 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
         "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
         "stale_since": None, "stale_reason": None, "unhealthy_gpus": [],
+        "drain_deadline": iso(host.drain_deadline) if host.drain_deadline and host.node_state == "draining" else None,
+        "condition": None, "condition_reason": None, "lost_at": None,
     }
     if facts is None:
         return rec
+    inp = data.inputs  # judged at the plan's clock, so the view and the plan agree
+    lv = liveness(facts, inp.now, inp.unreachable_after, inp.lost_after)
+    if lv is not None:  # unreachable: takes nothing new; lost: its replicas are replaced
+        rec.update(condition=lv.condition, condition_reason=lv.sentence(name), lost_at=iso(lv.lost_at))
     rec["last_seen"] = iso(facts.gathered_at)
     rec["stale_since"] = iso(facts.stale_since) if facts.stale_since else None
     rec["stale_reason"] = facts.stale_reason

@@ -29,7 +29,7 @@ from llmgw.facts.cache import read_facts
 from llmgw.facts.records import HostFacts
 from llmgw.inventory import Inventory, load_inventory
 from llmgw.planner import Plan, PlanInputs, make_plan
-from llmgw.planner.load import memo_fabric_index, placement_fabrics, weight_sizes
+from llmgw.planner.load import memo_fabric_index, placement_fabrics, plan_clock, weight_sizes
 from llmgw.site import SITE_FILE, Site
 from llmgw.state import State, read_state
 from llmgw.weights.check import pin_catalog, unservable_sources
@@ -115,14 +115,17 @@ def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
     # `catalog validate` recorded, else a state apply made looks like a changed definition
     # everywhere. The views show the catalog as written.
     pinned, unpinned = pin_catalog(catalog, site)
+    now = now or datetime.now(UTC)
     inputs = PlanInputs(catalog=pinned, nodes=nodes, facts=node_facts,
                         state=state, fabrics=fabric_map, ports=site.config.ports,
-                        weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned})
+                        weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned},
+                        now=plan_clock(site, now), unreachable_after=site.config.unreachable_after,
+                        lost_after=site.config.lost_after)
     if state.serial == 0 and not state.replicas:
         notes.append(f"the state is empty (serial 0, {site.state_file}): nothing applied from this "
                      "checkout, or `state:` in llmgw.yaml does not point at the site's state")
     return SiteData(site=site, catalog=catalog, inventory=inventory, facts=facts, state=state,
-                    fabric_map=fabric_map, inputs=inputs, loaded_at=now or datetime.now(UTC), notes=tuple(notes))
+                    fabric_map=fabric_map, inputs=inputs, loaded_at=now, notes=tuple(notes))
 
 
 def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:

@@ -6,6 +6,8 @@
   not counted as zero;
 - free whole nodes per fabric: ready nodes with every GPU healthy and unheld, the unit a
   multi-node replica is placed in;
+- nodes by state, and those that stopped answering (unreachable, lost: llmgw.nodetime);
+- each drain: until when, and the replicas it waits to move (or destroys past its deadline);
 - replica counts by state, model counts by status word, the models the plan cannot place,
   and the replicas it would move but cannot (each with why it stays);
 - idle replicas: those nobody has used for `idle_after` seconds (or ever, once that old),
@@ -19,13 +21,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from llmgw.nodetime import liveness
 from llmgw.views.defaults import IDLE_AFTER
 from llmgw.views.models import models_view, not_moved_reason
-from llmgw.views.nodes import gpu_holders
+from llmgw.views.nodes import gpu_holders, replicas_by_node
 from llmgw.views.replicas import in_order, replica_activity
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
-from llmgw.views.text import percent
+from llmgw.views.text import iso, percent
 
 
 def capacity(data: SiteData, holders: dict[str, dict[int, str]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -81,9 +84,33 @@ def whole_nodes(data: SiteData, holders: dict[str, dict[int, str]]) -> list[dict
             for fid, glance in data.fabric_map.glances.items()]
 
 
+def drains(data: SiteData, replicas: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Each draining node: until when, and what it waits for: the replicas no other node can
+    take yet (they stay until the deadline), and those the plan destroys as it has passed."""
+    plan, now = data.plan, data.inputs.now
+    waiting = {nm.replica for u in plan.unplaced for nm in u.not_moved if nm.code == "node_draining"}
+    doomed = {a.replica for a in plan.actions if a.code == "drain_deadline"}
+    moving = {a.replaces for a in plan.actions if a.action == "replace" and a.code == "node_draining"}
+    out = []
+    for name, host in sorted(data.inventory.nodes.items()):
+        if host.node_state != "draining":
+            continue
+        end = host.drain_deadline
+        here = replicas.get(name, [])
+        out.append({"node": name, "deadline": iso(end) if end else None,
+                    "deadline_passed": None if end is None or now is None else now >= end,
+                    "replicas": here, "moving": [r for r in here if r in moving],
+                    "waiting": [r for r in here if r in waiting and r not in doomed],
+                    "destroyed_at_deadline": [r for r in here if r in doomed]})
+    return out
+
+
 def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: float = IDLE_AFTER) -> dict[str, Any]:
     holders = gpu_holders(data)
     caps, unknown = capacity(data, holders)
+    inp = data.inputs
+    silent = {n: lv.condition for n in sorted(data.inventory.nodes)
+              if (lv := liveness(data.facts.get(n), inp.now, inp.unreachable_after, inp.lost_after))}
     models = models_view(data, runtime)
     reps = [replica_activity(data, r, runtime, now) for r in in_order(data.state.replicas)]
     nodes = data.inventory.nodes
@@ -110,6 +137,9 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "fabrics": whole_nodes(data, holders),
         "nodes": {"total": len(nodes), **node_counts,
                   "stale": sorted(n for n in nodes if n in data.facts and data.facts[n].stale),
+                  # stopped answering (llmgw.nodetime): unreachable take nothing new; lost are replaced
+                  "unreachable": [n for n, c in silent.items() if c == "unreachable"],
+                  "lost": [n for n, c in silent.items() if c == "lost"],
                   "no_facts": sorted(n for n in nodes if n not in data.facts)},
         "replicas": {"total": len(reps), **{s: sum(1 for r in reps if r["state"] == s)
                                             for s in ("ready", "starting", "draining")},
@@ -121,6 +151,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
                         for f in models["failures"] if f["placed"] < f["wanted"]],
         "not_moved": [{"model": u.model, "replica": nm.replica, "code": nm.code,
                        "reason": not_moved_reason(u, nm.replica)} for u in data.plan.unplaced for nm in u.not_moved],
+        "drains": drains(data, replicas_by_node(data)),
         "idle_after_seconds": idle_after,
         "idle": idle,
         "routers": list(runtime.routers),

@@ -88,10 +88,12 @@ def test_cordon_changes_one_value_and_keeps_its_comment(site: Path) -> None:
 
 
 def test_drain_adds_the_key_after_the_last_var(site: Path) -> None:
-    assert run_cli("-C", str(site), "drain", "gpu-02").exit_code == 0
+    assert run_cli("-C", str(site), "drain", "gpu-02", "--deadline", "1h").exit_code == 0
     after = (site / "inventory" / "hosts.yml").read_text()
-    assert "            role: batch\n          llmgw_node_state: draining\n          # more vars later\n" in after
-    assert changed_lines(INVENTORY, after) == ([], ["          llmgw_node_state: draining"])
+    assert "            role: batch\n          llmgw_node_state: draining\n          llmgw_drain_deadline: " in after
+    added = changed_lines(INVENTORY, after)
+    assert added[0] == [] and added[1][0] == "          llmgw_node_state: draining"
+    assert added[1][1].startswith('          llmgw_drain_deadline: "') and len(added[1]) == 2
 
 
 def test_cordon_a_host_without_vars(site: Path) -> None:

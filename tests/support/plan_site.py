@@ -116,7 +116,9 @@ all:
           ansible_host: 10.0.0.2
 """
 
-SITE = "ports: {start: 20000, end: 20099}\n"
+# Recorded: planned with no clock (llmgw.planner.load), so cpu-02's facts, stale since 2025,
+# stay "stale" and never make it a lost node.
+SITE = "ports: {start: 20000, end: 20099}\nrecorded: true\n"
 
 
 def _gpus(n: int, cls: str, name: str, sick: dict[int, str] | None = None) -> list[Gpu]:

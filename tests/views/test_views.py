@@ -75,8 +75,9 @@ def test_free_whole_nodes_per_fabric(data: SiteData) -> None:
 
 def test_counts_and_unplaceable(data: SiteData) -> None:
     view = status_view(data, Runtime.unknown(), NOW)
+    # a recorded site has no clock: stale a100-node-03 is neither unreachable nor lost there
     assert view["nodes"] == {"total": 18, "ready": 16, "cordoned": 1, "draining": 1, "stale": ["a100-node-03"],
-                             "no_facts": ["new-01"]}
+                             "no_facts": ["new-01"], "unreachable": [], "lost": []}
     assert view["replicas"] == {"total": 4, "ready": 3, "starting": 1, "draining": 0, "with_errors": 0}
     assert view["models"] == {"total": 7, "ready": 2, "starting": 1, "not placed": 3, "not moved": 0, "stopped": 0,
                               "on demand": 1}

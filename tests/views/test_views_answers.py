@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.inventory import load_inventory
+from llmgw.nodetime import format_time
 from llmgw.planner import Plan
 from llmgw.site import Site
 from llmgw.state import read_state, write_state
@@ -31,13 +33,19 @@ def draining(tmp_path: Path) -> Path:
     return root
 
 
-STAYS = ("node l40s-01 is draining; it stays until a replacement fits; no node takes a replacement: does not "
-         "match node_selector role=coding (has role=general) (15 of 18 nodes)")
+def stays(root: Path) -> str:
+    """Why the replica stays: until a replacement fits, at most until the drain's deadline (an
+    hour after the fixture ran `llmgw drain`)."""
+    deadline = load_inventory(root / "inventory").hosts["l40s-01"].drain_deadline
+    assert deadline is not None
+    return (f"node l40s-01 is draining; it stays until a replacement fits, at most until the drain deadline "
+            f"{format_time(deadline)}; the first plan after it destroys the replica; no node takes a replacement: "
+            "does not match node_selector role=coding (has role=general) (15 of 18 nodes)")
 
 
 def test_status_says_the_drain_keeps_the_replica_not_that_the_model_cannot_be_placed(
         draining: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setenv("COLUMNS", "400")  # the reason, with the drain's deadline, on one line
     r = run_cli("-C", str(draining), "status", "--no-router")
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -46,11 +54,11 @@ def test_status_says_the_drain_keeps_the_replica_not_that_the_model_cannot_be_pl
     # "Cannot be placed", as if the selector kept the model out.
     assert not [ln for ln in lines if ln.startswith("  qwen2.5-coder-14b ")]
     at = lines.index("Not moved (1; `llmgw explain MODEL` says why):")
-    assert lines[at + 1] == f"  qwen2.5-coder-14b-1  {STAYS}"
+    assert lines[at + 1] == f"  qwen2.5-coder-14b-1  {stays(draining)}"
     data = json.loads(run_cli("-C", str(draining), "status", "--json", "--no-router").stdout)
     assert [u["model"] for u in data["unplaceable"]] == ["grok-1", "llama-3.1-405b", "llama-4-maverick"]
     assert data["not_moved"] == [{"model": "qwen2.5-coder-14b", "replica": "qwen2.5-coder-14b-1",
-                                  "code": "node_draining", "reason": STAYS}]
+                                  "code": "node_draining", "reason": stays(draining)}]
 
 
 def test_models_says_not_moved_where_every_replica_is_placed(draining: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,7 +72,7 @@ def test_models_says_not_moved_where_every_replica_is_placed(draining: Path, mon
     assert (coder["status"], coder["replicas_text"], coder["hint"]) == (
         "not moved", "1/1", "llmgw explain qwen2.5-coder-14b")
     failure = next(f for f in data["failures"] if f["model"] == "qwen2.5-coder-14b")
-    assert failure["summary"] == f"qwen2.5-coder-14b-1: {STAYS}"
+    assert failure["summary"] == f"qwen2.5-coder-14b-1: {stays(draining)}"
     explained = run_cli("-C", str(draining), "explain", "coder").stdout.splitlines()
     assert explained[1] == "Placed: 1 of 1 replicas, but no node takes the replacement of qwen2.5-coder-14b-1:"
 
