@@ -48,6 +48,7 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
 
 
 def status_text(view: dict[str, Any], con: Console) -> None:
+    from llmgw.views.held import per_fabric_text
     from llmgw.views.text import bar_cells, duration
 
     con.print("[bold]GPU capacity[/]  [cyan]█ used[/] [green]░ free[/] [yellow]▒ held back[/] "
@@ -80,6 +81,7 @@ def status_text(view: dict[str, Any], con: Console) -> None:
         extra.append(f"rails {f['rails']}")
         con.print(Text(f"  {f['fabric']}  {','.join(f['gpu_classes']) or '-':<10} "
                        f"{f['free_whole_nodes']:>3} of {f['nodes']:<3} free   {', '.join(extra)}"))
+        con.print(Text(f"    weights: {per_fabric_text(f['weights'], f['nodes'])}"), overflow="fold")
     con.print()
     n, r, m = view["nodes"], view["replicas"], view["models"]
     node_line = f"{n['total']}: {n['ready']} ready, {n['cordoned']} cordoned, {n['draining']} draining"
@@ -193,9 +195,13 @@ def replicas_text(view: dict[str, Any], con: Console) -> None:
 
 
 def models_text(view: dict[str, Any], con: Console) -> None:
-    rows = [[m["name"], ", ".join(m["aliases"]) or "-", m["serving"], m["replicas_text"], m["status"]]
+    from llmgw.planner.fleet import BYTES_PER_GB, fmt_gb
+
+    rows = [[m["name"], ", ".join(m["aliases"]) or "-", m["serving"], m["replicas_text"], m["status"],
+             "-" if m["weights_bytes"] is None else f"{fmt_gb(m['weights_bytes'] / BYTES_PER_GB)} GB",
+             (m["commit"] or "-")[:12]]
             for m in view["models"]]
-    for line in plain_table(["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS"], rows):
+    for line in plain_table(["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS", "WEIGHTS", "COMMIT"], rows):
         con.print(Text(line), overflow="fold")
     what = {"not placed": "`llmgw explain MODEL` says why",
             "not moved": "a replica stays where the plan would move it from; `llmgw explain MODEL` says why",

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from llmgw.views.defaults import IDLE_AFTER
+from llmgw.views.held import per_fabric, weights_held
 from llmgw.views.models import models_view, not_moved_reason
 from llmgw.views.nodes import gpu_holders
 from llmgw.views.replicas import in_order, replica_activity
@@ -81,6 +82,17 @@ def whole_nodes(data: SiteData, holders: dict[str, dict[int, str]]) -> list[dict
             for fid, glance in data.fabric_map.glances.items()]
 
 
+def fabric_weights(data: SiteData, fabrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`fabrics` (whole_nodes) each with the models whose weights how many of its nodes hold."""
+    held = weights_held(data)
+    members: dict[str, list[str]] = {f["fabric"]: [] for f in fabrics}
+    for n in data.inventory.nodes:
+        for fid in data.fabric_map.fabrics_of(n):
+            if fid in members:
+                members[fid].append(n)
+    return [{**f, "weights": per_fabric(held, members[f["fabric"]])} for f in fabrics]
+
+
 def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: float = IDLE_AFTER) -> dict[str, Any]:
     holders = gpu_holders(data)
     caps, unknown = capacity(data, holders)
@@ -107,7 +119,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "serial": data.state.serial,
         "capacity": caps,
         "gpus_unknown": unknown,
-        "fabrics": whole_nodes(data, holders),
+        "fabrics": fabric_weights(data, whole_nodes(data, holders)),
         "nodes": {"total": len(nodes), **node_counts,
                   "stale": sorted(n for n in nodes if n in data.facts and data.facts[n].stale),
                   "no_facts": sorted(n for n in nodes if n not in data.facts)},

@@ -11,7 +11,8 @@ there, and GC never touches it (it has no cache name). What counts as a copy of 
 - a whole repository pinned to a commit (`hf://org/repo@COMMIT`): the Hugging Face cache
   layout's `models--org--repo/snapshots/COMMIT/` folder, or a plain folder named after the
   repository with `config.json` and weights; when the pin records the selected files and
-  their sizes, the folder must hold every one of them at that size.
+  their sizes, the folder must hold every one of them at that size (else at least the
+  pin's total size).
 
 Everything else (a copy outside the model dirs, a name that matches but a size that does
 not, a path an engine's unit could not be given) is not a copy: apply downloads into the
@@ -94,8 +95,8 @@ def is_copy(found: Weights, source: str, size: int | None, files: Mapping[str, i
     if found.cache:
         return False
     if _repo_and_commit(source) is not None:
-        if not files:
-            return True
+        if not files:  # no file list recorded: at least as much as the pin's total (extra files are fine)
+            return size is None or found.size_bytes >= size
         if found.files is None:  # facts from before file lists were gathered: not checkable, so fetch
             return False
         return all(name in found.files and (want is None or found.files[name] == want)
