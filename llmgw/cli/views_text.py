@@ -118,13 +118,23 @@ def status_text(view: dict[str, Any], con: Console) -> None:
                                    f"router {', '.join(view['routers_not_known'])} did not answer"))
     elif view["idle"] is None:
         con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): not known, no router answered")
-    elif not view["idle"]:
-        con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): none")
     else:
-        con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): {len(view['idle'])}")
-        for i in view["idle"]:
-            how = f"idle {duration(i['idle_seconds'])}" if i["used"] else f"never used in {duration(i['age_seconds'])}"
-            con.print(Text(f"  {i['id']}  ({i['model']})  {how}"))
+        waiting = view.get("idle_not_known") or []
+        # Not known yet: no request seen, but no router has watched them for the whole window (llmgw.idle).
+        unknown = (f"not known yet for {len(waiting)} (no router has watched them for {idle_after}): "
+                   + ", ".join(w["id"] for w in waiting)) if waiting else ""
+        if not view["idle"]:
+            con.print(Text.from_markup(f"[bold]Idle replicas[/] (no request for {idle_after}): none")
+                      + Text(f"; {unknown}" if unknown else ""), overflow="fold")
+        else:
+            con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): {len(view['idle'])}")
+            for i in view["idle"]:
+                quiet = min(v for v in (i["watched_seconds"], i["age_seconds"]) if v is not None)
+                how = f"idle {duration(i['idle_seconds'])}" if i["used"] else \
+                    f"never used in the {duration(quiet)} routers have watched it"
+                con.print(Text(f"  {i['id']}  ({i['model']})  {how}"))
+            if unknown:
+                con.print(Text(f"  {unknown}"), overflow="fold")
     _notes(con, view["notes"])
 
 
