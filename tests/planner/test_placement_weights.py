@@ -90,9 +90,11 @@ def test_hf_snapshots_in_a_model_dir_are_recognised_and_checked_against_the_pin(
     assert found == [snapshot, "/srv/models/Qwen2.5-7B-Instruct", "-", "-", "-", "-", "-"]
 
 
-def test_without_a_recorded_file_list_the_layout_alone_decides() -> None:
-    _, found = repo_fleet(folder("/srv/models/Qwen2.5-7B-Instruct", None), files={})
-    assert found == ["/srv/models/Qwen2.5-7B-Instruct"]
+def test_without_a_recorded_file_list_the_layout_and_the_pins_size_decide() -> None:
+    whole = Weights(path="/srv/models/Qwen2.5-7B-Instruct", size_bytes=15_000_000_663, cache=False)
+    short = Weights(path="/srv/models/Qwen2.5-7B-Instruct", size_bytes=15_000_000_662, cache=False)
+    _, found = repo_fleet(whole, short, files={})
+    assert found == ["/srv/models/Qwen2.5-7B-Instruct", "-"]
 
 
 def test_a_file_source_is_served_from_its_own_path() -> None:
