@@ -161,7 +161,8 @@ class Applier:
         # `lineage` marks the unit as this state's, so another state's plans leave it alone.
         return {"unit": unit_base(s.unit), "state": "present", "replica": r.id, "model": r.model,
                 "lineage": self.state.lineage,
-                "model_path": f"{cache_dir.rstrip('/')}/{r.cache_name}", "engine": r.engine, "port": s.port,
+                "model_path": s.present_at or f"{cache_dir.rstrip('/')}/{r.cache_name}", "engine": r.engine,
+                "port": s.port,
                 "gpus": list(s.gpus), "args": list(r.args or []), "env": dict(r.env or {}),
                 "trust_remote_code": bool(r.trust_remote_code), "rank": s.rank,
                 "nodes": len(r.shards), "leader": leader.address,
@@ -182,7 +183,10 @@ class Applier:
             if r.source is None or r.cache_name is None:
                 raise PlanError(f"the plan has no source for new replica {r.id}", hint="make a new plan")
             for s in r.shards:
+                # An operator's copy is served where it is: the host checks it and fetches nothing.
                 entry = {"source": r.source, "name": r.cache_name}
+                if s.present_at is not None:
+                    entry["present_at"] = s.present_at
                 if entry not in weights.setdefault(s.node, []):
                     weights[s.node].append(entry)
         now = datetime.now(UTC)

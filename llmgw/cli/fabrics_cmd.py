@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from pydantic import ValidationError
@@ -43,6 +44,17 @@ def load_facts(facts_dir: Path) -> list[HostFacts]:
 
 def site_index(facts_dir: Path) -> FabricIndex:
     return fabrics_from_facts(load_facts(facts_dir))
+
+
+def fabric_weights(app: AppContext, index: FabricIndex) -> dict[str, list[dict[str, Any]]]:
+    """Fabric id -> the models whose weights how many of its hosts hold (llmgw.views.held)."""
+    from llmgw.views import load_site_data
+    from llmgw.views.held import per_fabric, weights_held
+
+    if not index.fabrics:
+        return {}
+    held = weights_held(load_site_data(app.site))
+    return {fid: per_fabric(held, f.hosts) for fid, f in index.fabrics.items()}
 
 
 def read_capture(file: str) -> tuple[str, str]:
@@ -131,8 +143,9 @@ def fabrics(ctx: click.Context, as_json: bool) -> None:
     app = ctx.find_object(AppContext)
     assert app is not None
     index = site_index(app.site.facts_dir)
+    weights = fabric_weights(app, index)
     if as_json:
-        output.print_json({"fabrics": [f.to_json() for f in index.fabrics.values()]})
+        output.print_json({"fabrics": [{**f.to_json(), "weights": weights[f.id]} for f in index.fabrics.values()]})
         return
     if not index.fabrics:
         output.console.print(f"No fabrics: no host's facts under {app.site.facts_dir} carry "
@@ -143,6 +156,13 @@ def fabrics(ctx: click.Context, as_json: bool) -> None:
             for f in index.fabrics.values()]
     output.console.print(output.table(
         ["FABRIC", "SWITCHES", "HOSTS", "DEGRADED", "RAILS", "FROM"], rows))
+    from llmgw.views.held import per_fabric_text
+
+    output.console.print()
+    output.console.print("Weights present (catalog models, on how many of each fabric's hosts):", markup=False)
+    for f in index.fabrics.values():
+        output.console.print(f"  {f.id}  {per_fabric_text(weights[f.id], len(f.hosts))}", markup=False,
+                             soft_wrap=True)
 
 @fabrics.command("show")
 @click.argument("fabric_id", metavar="ID")

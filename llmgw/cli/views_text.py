@@ -72,6 +72,7 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
 
 
 def status_text(view: dict[str, Any], con: Console) -> None:
+    from llmgw.views.held import per_fabric_text
     from llmgw.views.text import bar_cells, duration
 
     con.print("[bold]GPU capacity[/]  [cyan]█ used[/] [green]░ free[/] [yellow]▒ held back[/] "
@@ -104,6 +105,7 @@ def status_text(view: dict[str, Any], con: Console) -> None:
         extra.append(f"rails {f['rails']}")
         con.print(Text(f"  {f['fabric']}  {','.join(f['gpu_classes']) or '-':<10} "
                        f"{f['free_whole_nodes']:>3} of {f['nodes']:<3} free   {', '.join(extra)}"))
+        con.print(Text(f"    weights: {per_fabric_text(f['weights'], f['nodes'])}"), overflow="fold")
     con.print()
     n, r, m = view["nodes"], view["replicas"], view["models"]
     node_line = f"{n['total']}: {n['ready']} ready, {n['cordoned']} cordoned, {n['draining']} draining"
@@ -146,13 +148,23 @@ def status_text(view: dict[str, Any], con: Console) -> None:
                                    f"router {', '.join(view['routers_not_known'])} did not answer"))
     elif view["idle"] is None:
         con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): not known, no router answered")
-    elif not view["idle"]:
-        con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): none")
     else:
-        con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): {len(view['idle'])}")
-        for i in view["idle"]:
-            how = f"idle {duration(i['idle_seconds'])}" if i["used"] else f"never used in {duration(i['age_seconds'])}"
-            con.print(Text(f"  {i['id']}  ({i['model']})  {how}"))
+        waiting = view.get("idle_not_known") or []
+        # Not known yet: no request seen, but no router has watched them for the whole window (llmgw.idle).
+        unknown = (f"not known yet for {len(waiting)} (no router has watched them for {idle_after}): "
+                   + ", ".join(w["id"] for w in waiting)) if waiting else ""
+        if not view["idle"]:
+            con.print(Text.from_markup(f"[bold]Idle replicas[/] (no request for {idle_after}): none")
+                      + Text(f"; {unknown}" if unknown else ""), overflow="fold")
+        else:
+            con.print(f"[bold]Idle replicas[/] (no request for {idle_after}): {len(view['idle'])}")
+            for i in view["idle"]:
+                quiet = min(v for v in (i["watched_seconds"], i["age_seconds"]) if v is not None)
+                how = f"idle {duration(i['idle_seconds'])}" if i["used"] else \
+                    f"never used in the {duration(quiet)} routers have watched it"
+                con.print(Text(f"  {i['id']}  ({i['model']})  {how}"))
+            if unknown:
+                con.print(Text(f"  {unknown}"), overflow="fold")
     _notes(con, view["notes"])
 
 
@@ -223,9 +235,13 @@ def replicas_text(view: dict[str, Any], con: Console) -> None:
 
 
 def models_text(view: dict[str, Any], con: Console) -> None:
-    rows = [[m["name"], ", ".join(m["aliases"]) or "-", m["serving"], m["replicas_text"], m["status"]]
+    from llmgw.planner.fleet import BYTES_PER_GB, fmt_gb
+
+    rows = [[m["name"], ", ".join(m["aliases"]) or "-", m["serving"], m["replicas_text"], m["status"],
+             "-" if m["weights_bytes"] is None else f"{fmt_gb(m['weights_bytes'] / BYTES_PER_GB)} GB",
+             (m["commit"] or "-")[:12]]
             for m in view["models"]]
-    for line in plain_table(["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS"], rows):
+    for line in plain_table(["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS", "WEIGHTS", "COMMIT"], rows):
         con.print(Text(line), overflow="fold")
     what = {"not placed": "`llmgw explain MODEL` says why",
             "not moved": "a replica stays where the plan would move it from; `llmgw explain MODEL` says why",

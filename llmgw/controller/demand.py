@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmgw.errors import LlmgwError
+from llmgw.idle import idle_verdict
 
 # A report older than this (seconds) does not count: its router is not known.
 STALE_AFTER = 15.0
@@ -303,12 +304,16 @@ def decide(m: ModelDemand, fleet: Fleet, history: History, now: float, *,
 
 
 def _idle_replicas(m: ModelDemand, fleet: Fleet) -> list[str]:
-    """Ready replicas no router has had a request on for idle_timeout (nor a model request)."""
-    model_idle = fleet.model_idle_s.get(m.name, math.inf)
+    """Ready replicas no router has had a request on for idle_timeout (nor a model request),
+    by the definition `llmgw status` shares (llmgw.idle). A router's `idle_s` counts from its
+    last request on the replica or, without one, from when it began watching it; a replica
+    no router reports is watched by none, so not known to be idle."""
+    model_idle = fleet.model_idle_s.get(m.name)
     out = []
     for rid in m.ready:
-        # A replica no router reports yet is as old as its record (it may be new to them).
-        idle = min(fleet.idle_s.get(rid, math.inf), m.age_s.get(rid, math.inf), model_idle)
-        if fleet.in_flight.get(rid, 0) == 0 and idle >= m.idle_timeout:
+        quiet = fleet.idle_s.get(rid)
+        since_use = quiet if model_idle is None or quiet is None else min(quiet, model_idle)
+        if fleet.in_flight.get(rid, 0) == 0 and \
+                idle_verdict(since_use, quiet, m.age_s.get(rid), m.idle_timeout) == "idle":
             out.append(rid)
     return out

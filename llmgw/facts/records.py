@@ -62,6 +62,9 @@ class Weights(_Model):
     # files an operator put there, which llmgw never removes.
     cache: bool
     cache_name: str | None = None  # the hash name, for cache entries
+    # An operator's model folder: each file under it (relative path) and its size, to check a
+    # copy of a whole repository against its pinned file list. None: not a folder, or not reported.
+    files: dict[str, int] | None = None
 
 
 class Unit(_Model):

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlparse
 
-from llmgw.facts.records import Filesystem, Gpu, HostFacts
+from llmgw.facts.records import Filesystem, Gpu, HostFacts, Weights
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange
+from llmgw.weights.present import copy_keys, is_copy, servable_path, source_keys
 from llmgw.weights.shared import cache_filesystem, declared_dir
 
 if TYPE_CHECKING:
@@ -59,8 +59,9 @@ class NodeView:
     cache_fs: Filesystem | None
     disk_key: str | None
     cache_names: frozenset[str]
-    file_paths: frozenset[str]
-    file_basenames: frozenset[str]
+    # The operator's copies it could serve in place (llmgw.weights.present): under its model
+    # dirs, in a shape a shard entry may carry.
+    copies: tuple[Weights, ...]
     fabrics: tuple[str, ...]
     leaves: dict[str, tuple[tuple[str, str], ...]]
     degraded: dict[str, bool]
@@ -133,12 +134,8 @@ class NodeView:
 
 
 _by_index = attrgetter("index")
+_by_path = attrgetter("path")
 _NONE: frozenset[str] = frozenset()
-
-
-def _file_path(source: str) -> str | None:
-    parsed = urlparse(source)
-    return unquote(parsed.path) if parsed.scheme == "file" else None
 
 
 def model_file(source: str) -> str | None:
@@ -156,10 +153,6 @@ def in_model_dirs(path: str, dirs: Sequence[str]) -> bool:
     return False
 
 
-def _basename(source: str) -> str:
-    return source.rstrip("/").rsplit("/", 1)[-1]
-
-
 def node_view(ordinal: int, host: Host, facts: HostFacts | None, fabrics: FabricIndex) -> NodeView:
     fs = cache_filesystem(host, facts)
     # A shared filesystem is one pool however many nodes mount it: weights fetched onto it
@@ -169,18 +162,18 @@ def node_view(ordinal: int, host: Host, facts: HostFacts | None, fabrics: Fabric
     disk_key = None if fs is None else (f"shared:{fs.device}" if fs.shared else
                                         f"shared:declared:{declared}" if declared else f"{host.name}:{fs.mount}")
     weights = (facts.weights if facts else None) or []
-    files = [w for w in weights if not w.cache]
-    if not weights:  # most hosts hold none: three empty sets built per host were an eighth of the fleet's views
-        cache_names = file_paths = file_basenames = _NONE
+    copies: tuple[Weights, ...] = ()
+    if not weights:  # most hosts hold none: empty sets built per host were an eighth of the fleet's views
+        cache_names = _NONE
     else:
         cache_names = frozenset(w.cache_name for w in weights if w.cache and w.cache_name)
-        file_paths = frozenset(w.path for w in files)
-        file_basenames = frozenset(w.path.rstrip("/").rsplit("/", 1)[-1] for w in files)
+        copies = tuple(sorted((w for w in weights if not w.cache and servable_path(w.path, host.model_dirs)),
+                              key=_by_path))
     fabric_ids = tuple(sorted(fabrics.fabrics_of(host.name)))
     return NodeView(
         name=host.name, ordinal=ordinal, host=host, facts=facts,
         mem_mb=facts.memory_total_mb if facts else None, cache_fs=fs, disk_key=disk_key,
-        cache_names=cache_names, file_paths=file_paths, file_basenames=file_basenames,
+        cache_names=cache_names, copies=copies,
         fabrics=fabric_ids,
         leaves={f: tuple(sorted(fabrics.leaves_of(host.name, f).items())) for f in fabric_ids},
         degraded={f: fabrics.has_degraded_link(host.name, f) for f in fabric_ids},
@@ -282,8 +275,12 @@ class Fleet:
     """Every node, plus the shared accounting: weights on their way to each filesystem."""
 
     def __init__(self, hosts: Mapping[str, Host], facts: Mapping[str, HostFacts], fabrics: FabricIndex,
-                 ports: PortRange) -> None:
+                 ports: PortRange, weight_sizes: Mapping[str, int | None] | None = None,
+                 weight_files: Mapping[str, Mapping[str, int | None]] | None = None) -> None:
         self.ports = ports
+        # What an operator's copy is checked against (llmgw.weights.present.is_copy).
+        self.weight_sizes = weight_sizes or {}
+        self.weight_files = weight_files or {}
         self.port_span = ports.end - ports.start  # a node with more ports taken than this has none left
         self.fabric_index = fabrics
         self.nodes = [node_view(i, hosts[name], facts.get(name), fabrics) for i, name in enumerate(sorted(hosts))]
@@ -306,6 +303,8 @@ class Fleet:
         self._holders: dict[str, list[NodeView]] = {}
         self._holder_set: dict[str, frozenset[int]] = {}
         self._held: dict[tuple[str, str], list[int]] | None = None
+        self._copies: dict[tuple[str, str], list[tuple[int, Weights]]] | None = None
+        self._copy_of: dict[str, dict[int, str]] = {}  # source -> node ordinal -> the copy served there
         self.live_holders: dict[tuple[StaticKey, str], list[NodeView]] = {}
         # source -> ordinals of the nodes its replicas' shards are on (one entry per shard),
         # for spreading a model's replicas. Nodes being drained are left out: what runs
@@ -339,27 +338,50 @@ class Fleet:
 
     def holders(self, source: str, name: str) -> list[NodeView]:
         """Nodes already holding `source`'s weights (facts only), in name order: llmgw's cache
-        entry `name`, or the operator's file (its path, or a file of the same name)."""
+        entry `name`, or an operator's copy it serves in place (`copy_at`). Exactly the nodes
+        where apply downloads nothing for it: the disk filter skips these and no other."""
         found = self._holders.get(source)
         if found is None:
-            held = self._held_index()
-            path = _file_path(source)
-            ordinals = {*held.get(("cache", name), ()), *held.get(("base", _basename(source)), ()),
-                        *(held.get(("path", path), ()) if path else ())}
+            ordinals = {*self._held_index().get(("cache", name), ()), *self._copies_of(source)}
             found = [self.nodes[o] for o in sorted(ordinals)]
             self._holders[source] = found
             self._holder_set[source] = frozenset(n.ordinal for n in found)
         return found
 
+    def copy_at(self, node: NodeView, source: str, name: str) -> str | None:
+        """The operator's copy of `source` a shard on `node` serves in place, or None (llmgw's
+        own cache entry, when the node has one, is served as before: it is llmgw's to manage)."""
+        if name in node.cache_names:
+            return None
+        return self._copies_of(source).get(node.ordinal)
+
+    def _copies_of(self, source: str) -> dict[int, str]:
+        """Node ordinal -> the path of the first whole copy of `source` there (path order)."""
+        found = self._copy_of.get(source)
+        if found is None:
+            if self._copies is None:  # built once: every node's copies under every key they answer to
+                self._copies = {}
+                for n in self.nodes:
+                    for w in n.copies:
+                        for key in copy_keys(w.path):
+                            self._copies.setdefault(key, []).append((n.ordinal, w))
+            size, files = self.weight_sizes.get(source), self.weight_files.get(source)
+            found = {}
+            for key in source_keys(source):
+                for o, w in self._copies.get(key, ()):
+                    if o not in found and is_copy(w, source, size, files):
+                        found[o] = w.path
+            self._copy_of[source] = found
+        return found
+
     def _held_index(self) -> dict[tuple[str, str], list[int]]:
-        """("cache" | "path" | "base", value) -> the nodes holding such weights, built once:
-        asking every node about every source was 82,000 calls for a 4,096-host plan."""
+        """("cache", name) -> the nodes holding that cache entry, built once: asking every node
+        about every source was 82,000 calls for a 4,096-host plan."""
         if self._held is None:
             self._held = {}
             for n in self.nodes:
-                for kind, values in (("cache", n.cache_names), ("path", n.file_paths), ("base", n.file_basenames)):
-                    for value in values:
-                        self._held.setdefault((kind, value), []).append(n.ordinal)
+                for value in n.cache_names:
+                    self._held.setdefault(("cache", value), []).append(n.ordinal)
         return self._held
 
     def holder_set(self, source: str, name: str) -> frozenset[int]:

@@ -101,6 +101,9 @@ class PlanInputs:
     fabrics: FabricIndex = NO_FABRICS
     ports: PortRange = field(default_factory=PortRange)
     weight_sizes: Mapping[str, int | None] = field(default_factory=dict)
+    # A whole repository's selected files and their sizes, by pinned source: what an operator's
+    # copy of it must hold to be served in place (llmgw.weights.present).
+    weight_files: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
     unservable: Mapping[str, Sequence[str]] = field(default_factory=dict)
     now: datetime | None = None
     unreachable_after: int = UNREACHABLE_AFTER

@@ -84,6 +84,12 @@ def weight_sizes(facts_dir: Path) -> dict[str, int | None]:
     return sizes
 
 
+def weight_files(facts_dir: Path) -> dict[str, dict[str, int | None]]:
+    """Pinned whole repository -> its selected files and sizes, where `catalog validate` recorded them."""
+    return {info.pinned: info.file_sizes for info in read_sources(facts_dir).values()
+            if info.pinned and info.file_sizes}
+
+
 def _read_state(site: Site, nodes: Mapping[str, Host]) -> State:
     """The newest state from the site's backend (a file, or PostgreSQL), its endpoints checked
     against the inventory."""
@@ -223,5 +229,6 @@ def _load_inputs(site: Site, *, memo_min: int) -> PlanInputs:
         catalog=catalog, nodes=nodes, facts={h: f for h, f in facts.items() if h in nodes},
         state=_read_state(site, nodes), fabrics=placement_fabrics(facts, site.facts_dir.resolve(), memo_min=memo_min),
         ports=site.config.ports,
-        weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned},
+        weight_sizes=weight_sizes(site.facts_dir), weight_files=weight_files(site.facts_dir),
+        unservable={**unservable_sources(site), **unpinned},
         now=plan_clock(site), unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)

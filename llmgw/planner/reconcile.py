@@ -102,7 +102,8 @@ class _Planner:
         self.inputs = inputs
         self.catalog = inputs.catalog
         self.state = inputs.state
-        self.fleet = Fleet(inputs.nodes, inputs.facts, inputs.fabrics, inputs.ports)
+        self.fleet = Fleet(inputs.nodes, inputs.facts, inputs.fabrics, inputs.ports, inputs.weight_sizes,
+                           inputs.weight_files)
         self.liveness: dict[str, Liveness] = {}
         for view in self.fleet.nodes:
             found = liveness(view.facts, inputs.now, inputs.unreachable_after, inputs.lost_after)
@@ -325,10 +326,11 @@ class _Planner:
             gpus = node.free(profile.gpu_class)[:profile.gpus]
             port = node.free_port(self.fleet.ports)
             assert port is not None and len(gpus) == profile.gpus
-            self.fleet.take(node, gpus, profile.min_memory_gb, port, model.source,
-                            self.cache_names[model.source], size)
+            name = self.cache_names[model.source]
+            self.fleet.take(node, gpus, profile.min_memory_gb, port, model.source, name, size)
             shards.append(schema.PlannedShard.placed(node=node.name, rank=rank, gpus=gpus, port=port,
-                                                     unit=unit_name(rid, rank), address=node.host.mgmt_address))
+                                                     unit=unit_name(rid, rank), address=node.host.mgmt_address,
+                                                     present_at=self.fleet.copy_at(node, model.source, name)))
         return schema.PlannedReplica.placed(
             id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
             endpoint=endpoint_url(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),

@@ -31,7 +31,9 @@ def summary_line(plan: Plan) -> str:
 
 def _shard(s: PlannedShard | Shard) -> str:
     gpus = ", ".join(str(g) for g in s.gpus)
-    return f'"{s.node}" gpus [{gpus}] port {s.port}'
+    # An operator's copy served where it is: review sees which file, and that nothing is fetched.
+    at = s.present_at if isinstance(s, PlannedShard) else None
+    return f'"{s.node}" gpus [{gpus}] port {s.port}' + (f' weights in place "{at}"' if at else "")
 
 
 def _q(text: str | None) -> str | None:

@@ -43,6 +43,7 @@ from llmgw.state.model import (
 )
 from llmgw.state.model import Source as SourceUrl
 from llmgw.weights.names import cache_name, is_cache_name
+from llmgw.weights.present import is_model_path
 from llmgw.yamlio import json_text
 
 PLAN_VERSION: Literal[1] = 1
@@ -109,18 +110,25 @@ class PlannedShard(_Model):
     port: Port
     unit: UnitName
     address: Address  # the node's management address, where routers and other ranks reach it
+    # An operator's copy of the weights on this node, served in place (llmgw.weights.present):
+    # apply fetches nothing for this shard and gives the engine this path. None: the cache entry.
+    present_at: Annotated[str, Field(max_length=4096)] | None = None
 
     @model_validator(mode="after")
     def _address(self) -> PlannedShard:
         if self.address and not is_host_name(self.address):
             raise ValueError(f"address {self.address!r} is not a host name or an IP address")
+        if self.present_at is not None and not is_model_path(self.present_at):
+            raise ValueError(f"present_at {self.present_at!r} is not an absolute path of letters, digits and "
+                             "._+- without '.' or '..' parts")
         return self
 
     @classmethod
-    def placed(cls, node: str, rank: int, gpus: list[int], port: int, unit: str, address: str) -> PlannedShard:
+    def placed(cls, node: str, rank: int, gpus: list[int], port: int, unit: str, address: str,
+               present_at: str | None = None) -> PlannedShard:
         """A new shard from the planner's own, already valid values (see `_trusted`)."""
         return _trusted(cls, {"node": node, "rank": rank, "gpus": gpus, "port": port, "unit": unit,
-                              "address": address})
+                              "address": address, "present_at": present_at})
 
 
 class PlannedReplica(_Model):

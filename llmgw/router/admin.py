@@ -56,6 +56,8 @@ def replica_json(r: ReplicaRuntime, now: float) -> dict[str, Any]:
     if r.last_used is not None:
         out["last_used"] = _iso(r.last_used)
         out["idle_seconds"] = round(max(0.0, now - r.last_used), 3)
+    # How long this router has watched the replica: no replica is known idle for longer (llmgw.idle).
+    out["watched_seconds"] = round(max(0.0, time.monotonic() - r.first_seen), 3)
     if r.last_error is not None:
         out["last_error"] = r.last_error
     return out

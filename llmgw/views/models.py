@@ -25,6 +25,8 @@ from llmgw.catalog import Model, format_duration
 from llmgw.planner import Unplaced
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
+from llmgw.weights.check import model_spec
+from llmgw.weights.sources import read_sources
 
 STATUSES = ("ready", "starting", "not placed", "not moved", "stopped", "on demand")
 
@@ -113,7 +115,11 @@ def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
         return n
 
     records = []
+    # What `catalog validate` recorded of each source: the commit a whole repository is pinned
+    # to, and the weights' size (None: not inspected yet, or the server did not say).
+    sources = read_sources(data.site.facts_dir)
     for m in data.catalog:
+        info = sources.get(model_spec(m))
         reps = by_model.get(m.name, [])
         counts = {s: sum(1 for r in reps if r.state == s) for s in ("starting", "ready", "draining")}
         status = _status(m, counts, unplaced.get(m.name))
@@ -136,6 +142,7 @@ def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
             "hint": f"llmgw explain {m.name}" if status in ("not placed", "not moved")
             else "llmgw apply" if status == "stopped" else None,
             "in_flight": in_flight, "last_used": used[-1] if used else None,
+            "commit": info.commit if info else None, "weights_bytes": info.size_bytes if info else None,
         })
     counts_by_status = Counter(r["status"] for r in records)
     return {"models": records, "counts": {s: counts_by_status.get(s, 0) for s in STATUSES},

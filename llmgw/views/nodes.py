@@ -1,5 +1,5 @@
 """Per node: inventory state, GPUs (free of healthy, who holds each), memory, disk, fabrics,
-and whether it stopped answering (`condition`: unreachable, then lost; llmgw.nodetime).
+weights, and whether it stopped answering (`condition`: unreachable, then lost; llmgw.nodetime).
 
 A value a host did not report is None (the pages print `-`): unknown is not zero. The
 fields of the list match `llmgw nodes --json`, so the dashboard's table and the CLI's agree.
@@ -11,6 +11,7 @@ from typing import Any
 
 from llmgw.facts.records import Filesystem, HostFacts
 from llmgw.nodetime import liveness
+from llmgw.views.held import Held, node_weights, weights_held
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
 
@@ -59,20 +60,22 @@ def disk_record(filesystems: list[Filesystem]) -> dict[str, Any]:
             "filesystems": [f.model_dump(mode="json") for f in filesystems]}
 
 
-def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: list[str]) -> dict[str, Any]:
-    """`replicas`: the node's entry of `replicas_by_node`."""
+def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: list[str], held: Held) -> dict[str, Any]:
+    """`replicas`: the node's entry of `replicas_by_node`; `held`: `weights_held(data)`."""
     host = data.inventory.nodes[name]
     facts = data.facts.get(name)
     rec: dict[str, Any] = {
         "node": name, "state": host.node_state, "labels": dict(host.labels), "address": host.mgmt_address,
         "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
         "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
-        "stale_since": None, "stale_reason": None, "unhealthy_gpus": [],
+        "stale_since": None, "stale_reason": None, "unhealthy_gpus": [], "weights": None,
         "drain_deadline": iso(host.drain_deadline) if host.drain_deadline and host.node_state == "draining" else None,
         "condition": None, "condition_reason": None, "lost_at": None,
     }
     if facts is None:
         return rec
+    rec["weights"] = node_weights(held, name, None if facts.weights is None else
+                                  {w.path: (w.size_bytes, w.cache) for w in facts.weights})
     inp = data.inputs  # judged at the plan's clock, so the view and the plan agree
     lv = liveness(facts, inp.now, inp.unreachable_after, inp.lost_after)
     if lv is not None:  # unreachable: takes nothing new; lost: its replicas are replaced
@@ -98,8 +101,8 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
 
 
 def nodes_view(data: SiteData) -> dict[str, Any]:
-    holders, replicas = gpu_holders(data), replicas_by_node(data)
-    nodes = [node_record(data, n, holders.get(n, {}), replicas.get(n, [])) for n in sorted(data.inventory.nodes)]
+    holders, replicas, held = gpu_holders(data), replicas_by_node(data), weights_held(data)
+    nodes = [node_record(data, n, holders.get(n, {}), replicas.get(n, []), held) for n in sorted(data.inventory.nodes)]
     return {"nodes": nodes, "notes": list(data.notes)}
 
 
@@ -108,7 +111,7 @@ def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
     if name not in data.inventory.nodes:
         return None
     holders = gpu_holders(data).get(name, {})
-    rec = node_record(data, name, holders, replicas_by_node(data).get(name, []))
+    rec = node_record(data, name, holders, replicas_by_node(data).get(name, []), weights_held(data))
     facts = data.facts.get(name)
     rec["gpu_list"] = None if facts is None or facts.gpus is None else [
         {"index": g.index, "name": g.name, "gpu_class": g.gpu_class, "memory_total_mb": g.memory_total_mb,
@@ -116,8 +119,6 @@ def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
         for g in sorted(facts.gpus, key=lambda g: g.index)]
     rec["units"] = None if facts is None or facts.units is None else [u.model_dump(mode="json") for u in facts.units]
     rec["units_unknown_reason"] = facts.units_unknown_reason if facts else None
-    rec["weights"] = None if facts is None or facts.weights is None else [
-        w.model_dump(mode="json") for w in facts.weights]
     rec["engines"] = facts.engines if facts else None
     adapters: list[dict[str, Any]] = []
     for fid in data.fabrics.fabrics_of(name):

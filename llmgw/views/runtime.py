@@ -51,6 +51,10 @@ class Runtime:
                 if have is None:
                     merged[rid] = dict(r)
                     continue
+                # Watched by all that route to it only as long as by the one that began last (llmgw.idle);
+                # a router that does not list it cannot send it requests.
+                watched = (have.get("watched_seconds"), r.get("watched_seconds"))
+                have["watched_seconds"] = None if None in watched else min(watched)  # type: ignore[type-var]
                 for key in ("in_flight", "requests"):
                     have[key] = int(have.get(key) or 0) + int(r.get(key) or 0)
                 if r.get("last_used") is not None and (have.get("last_used") is None

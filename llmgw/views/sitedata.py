@@ -29,7 +29,7 @@ from llmgw.facts.cache import read_facts
 from llmgw.facts.records import HostFacts
 from llmgw.inventory import Inventory, load_inventory
 from llmgw.planner import Plan, PlanInputs, make_plan
-from llmgw.planner.load import memo_fabric_index, placement_fabrics, plan_clock, weight_sizes
+from llmgw.planner.load import memo_fabric_index, placement_fabrics, plan_clock, weight_files, weight_sizes
 from llmgw.site import SITE_FILE, Site
 from llmgw.state import State, read_state
 from llmgw.weights.check import pin_catalog, unservable_sources
@@ -118,7 +118,8 @@ def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
     now = now or datetime.now(UTC)
     inputs = PlanInputs(catalog=pinned, nodes=nodes, facts=node_facts,
                         state=state, fabrics=fabric_map, ports=site.config.ports,
-                        weight_sizes=weight_sizes(site.facts_dir), unservable={**unservable_sources(site), **unpinned},
+                        weight_sizes=weight_sizes(site.facts_dir), weight_files=weight_files(site.facts_dir),
+                        unservable={**unservable_sources(site), **unpinned},
                         now=plan_clock(site, now), unreachable_after=site.config.unreachable_after,
                         lost_after=site.config.lost_after)
     if state.serial == 0 and not state.replicas:

@@ -10,8 +10,9 @@
 - each drain: until when, and the replicas it waits to move (or destroys past its deadline);
 - replica counts by state, model counts by status word, the models the plan cannot place,
   and the replicas it would move but cannot (each with why it stays);
-- idle replicas: those nobody has used for `idle_after` seconds (or ever, once that old),
-  known only when every router answered;
+- idle replicas: those nobody has used for `idle_after` seconds, by the scaler's own
+  definition (llmgw.idle: only once the routers have watched them that long; the rest are
+  `idle_not_known`), known only when every router answered;
 - per replica, in flight now and idle for how long (`live`), as the routers that answered
   see it, and which routers did not answer.
 """
@@ -21,8 +22,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from llmgw.idle import idle_verdict
 from llmgw.nodetime import liveness
 from llmgw.views.defaults import IDLE_AFTER
+from llmgw.views.held import per_fabric, weights_held
 from llmgw.views.models import models_view, not_moved_reason
 from llmgw.views.nodes import gpu_holders, replicas_by_node
 from llmgw.views.replicas import in_order, replica_activity
@@ -105,6 +108,17 @@ def drains(data: SiteData, replicas: dict[str, list[str]]) -> list[dict[str, Any
     return out
 
 
+def fabric_weights(data: SiteData, fabrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`fabrics` (whole_nodes) each with the models whose weights how many of its nodes hold."""
+    held = weights_held(data)
+    members: dict[str, list[str]] = {f["fabric"]: [] for f in fabrics}
+    for n in data.inventory.nodes:
+        for fid in data.fabric_map.fabrics_of(n):
+            if fid in members:
+                members[fid].append(n)
+    return [{**f, "weights": per_fabric(held, members[f["fabric"]])} for f in fabrics]
+
+
 def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: float = IDLE_AFTER) -> dict[str, Any]:
     holders = gpu_holders(data)
     caps, unknown = capacity(data, holders)
@@ -116,13 +130,20 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
     nodes = data.inventory.nodes
     node_counts = {s: sum(1 for h in nodes.values() if h.node_state == s) for s in ("ready", "cordoned", "draining")}
     idle: list[dict[str, Any]] | None = None
+    idle_not_known: list[dict[str, Any]] | None = None
     if runtime.complete:  # with a router silent, a replica quiet here may be busy there
-        idle = []
+        idle, idle_not_known = [], []
         for r in reps:
-            quiet = r["idle_seconds"] if r["used"] else r["age_seconds"]
-            if r["state"] == "ready" and quiet is not None and quiet >= idle_after:
+            if r["state"] != "ready":
+                continue
+            # The scaler's own definition (llmgw.idle): idle only once the routers watched it that long.
+            watched = (runtime.replica(r["id"]) or {}).get("watched_seconds")
+            verdict = idle_verdict(r["idle_seconds"], watched, r["age_seconds"], idle_after)
+            if verdict == "idle":
                 idle.append({"id": r["id"], "model": r["model"], "used": r["used"], "idle_seconds": r["idle_seconds"],
-                             "age_seconds": r["age_seconds"]})
+                             "age_seconds": r["age_seconds"], "watched_seconds": watched})
+            elif verdict == "not known yet":
+                idle_not_known.append({"id": r["id"], "model": r["model"], "watched_seconds": watched})
     notes = list(data.notes) + list(data.plan_notes) + list(runtime.problems)
     if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle replicas are not known: no router answered")
@@ -134,7 +155,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "serial": data.state.serial,
         "capacity": caps,
         "gpus_unknown": unknown,
-        "fabrics": whole_nodes(data, holders),
+        "fabrics": fabric_weights(data, whole_nodes(data, holders)),
         "nodes": {"total": len(nodes), **node_counts,
                   "stale": sorted(n for n in nodes if n in data.facts and data.facts[n].stale),
                   # stopped answering (llmgw.nodetime): unreachable take nothing new; lost are replaced
@@ -154,6 +175,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "drains": drains(data, replicas_by_node(data)),
         "idle_after_seconds": idle_after,
         "idle": idle,
+        "idle_not_known": idle_not_known,  # no request seen, but no router has watched them for idle_after
         "routers": list(runtime.routers),
         "routers_not_known": list(runtime.missing),
         "live": live,

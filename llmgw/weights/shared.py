@@ -59,13 +59,15 @@ def shared_cache_key(host: Host, facts: HostFacts | None) -> str | None:
 def fetch_once(weights: Mapping[str, Sequence[Mapping[str, str]]],
                key_of: Callable[[str], str | None]) -> dict[str, list[dict[str, str]]]:
     """`weights` (host -> entries to fetch) with each entry kept on one host per shared cache:
-    the first host by name fetches, the others find the entry there when their shards start."""
+    the first host by name fetches, the others find the entry there when their shards start.
+    An entry served from an operator's copy (`present_at`) is checked on its own host and
+    fetches nothing, so it neither fetches for the others nor is left out."""
     taken: set[tuple[str, str]] = set()
     out: dict[str, list[dict[str, str]]] = {}
     for host in sorted(weights):
         key = key_of(host)
         for entry in weights[host]:
-            if key is not None:
+            if key is not None and "present_at" not in entry:
                 if (key, entry["name"]) in taken:
                     continue
                 taken.add((key, entry["name"]))

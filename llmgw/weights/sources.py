@@ -41,6 +41,9 @@ class SourceInfo(BaseModel):
     # Whole repositories: the commit the revision named, the files selected, and what hosts fetch.
     commit: str | None = None
     files: int | None = None
+    # Each selected file and its size (None: the server did not say): what an operator's copy
+    # must hold to be served in place (llmgw.weights.present). None: not recorded (an older record).
+    file_sizes: dict[str, int | None] | None = None
     pinned: str | None = None
     inspected_at: datetime
     error: str | None = None  # why inspection failed; the rest is then not known
@@ -87,7 +90,8 @@ def _inspect_repo(spec: str, client: httpx.Client, endpoint: str, now: datetime,
     info = resolve_repo(repo, endpoint, client, token)
     pinned = repo.spec(info.commit)
     return SourceInfo(source=spec, cache_name=cache_name(spec), size_bytes=info.size_bytes, format="other",
-                      commit=info.commit, files=len(info.files), pinned=pinned, inspected_at=now)
+                      commit=info.commit, files=len(info.files), file_sizes=dict(sorted(info.files.items())),
+                      pinned=pinned, inspected_at=now)
 
 
 def _size_and_fetch(source: str, client: httpx.Client, endpoint: str) -> tuple[int | None, Fetch | None]:

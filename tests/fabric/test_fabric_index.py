@@ -178,7 +178,8 @@ def test_cli_lists_the_sites_fabrics(fleet: Path) -> None:
     assert lines[1].split() == [COMPUTE, "2", "leaf,", "1", "spine", "4", "0", "aligned",
                                 "gpu-node-01"]
     assert lines[2].split() == [STORAGE, "2", "leaf", "6", "0", "n/a", "gpu-node-03"]
-    assert len(lines) == 3
+    assert lines[3:] == ["", "Weights present (catalog models, on how many of each fabric's hosts):",
+                         f"  {COMPUTE}  none present", f"  {STORAGE}  none present"]
     r = run_cli("-C", str(fleet), "fabrics", "--json")
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)

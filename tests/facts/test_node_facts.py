@@ -219,7 +219,8 @@ def test_weights_cache_entries_operator_files_and_what_is_not_weights(tmp_path: 
     assert by_path[str(entry)] == {"path": str(entry), "size_bytes": 4000, "cache": True,
                                    "cache_name": entry.name}
     assert by_path[str(folder_entry)]["size_bytes"] == 5000 and by_path[str(folder_entry)]["cache"]
-    assert by_path[str(hf)] == {"path": str(hf), "size_bytes": 750, "cache": False, "cache_name": None}
+    assert by_path[str(hf)] == {"path": str(hf), "size_bytes": 750, "cache": False, "cache_name": None,
+                                "files": {"config.json": 20, "model.safetensors": 700, "tokenizer.json": 30}}
     assert by_path[str(stray)]["cache"] is False
 
 

@@ -122,9 +122,10 @@ def test_nodes_holding_the_weights_come_first() -> None:
 
 def test_operator_file_counts_as_holding_the_weights() -> None:
     m = model("m", gpu_profile(gpus=1), source="hf://org/repo/weights.gguf")
-    own = Weights(path="/models/weights.gguf", size_bytes=1, cache=False)
+    own = Weights(path="/srv/models/weights.gguf", size_bytes=1, cache=False)
     plan = make_plan(inputs([m], [host("a"), host("b")], [facts("a", 8), facts("b", 8, weights=[own])]))
     assert placed_on(plan, "m") == [["b"]]
+    assert [s.present_at for s in plan.desired.replicas[0].shards] == ["/srv/models/weights.gguf"]
 
 
 def test_holders_are_found_by_cache_entry_file_path_and_file_name_in_name_order() -> None:

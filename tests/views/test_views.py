@@ -106,17 +106,19 @@ def test_models_without_a_state_are_stopped(tmp_path: Path) -> None:
     assert replicas_view(data, Runtime.unknown(), NOW)["replicas"] == []
 
 
-def router_runtime(data: SiteData) -> Runtime:
+def router_runtime(data: SiteData, watched: float = 86400.0) -> Runtime:
+    """Two routers' replica lists; r1 has watched its replicas for `watched` seconds."""
     a = [{"id": "llama-3.1-70b-1", "health": "healthy", "in_flight": 2, "requests": 10,
-          "last_used": "2026-11-30T07:59:00+00:00", "idle_seconds": 60.0},
+          "last_used": "2026-11-30T07:59:00+00:00", "idle_seconds": 60.0, "watched_seconds": watched},
          {"id": "llama-3.1-70b-2", "health": "unhealthy", "in_flight": 0, "requests": 0,
-          "last_error": "connect failed: refused"},
-         {"id": "deepseek-v3-1", "health": "healthy", "in_flight": 0, "requests": 0},
-         {"id": "qwen2.5-coder-14b-1", "health": "unknown", "in_flight": 0, "requests": 0}]
+          "last_error": "connect failed: refused", "watched_seconds": watched},
+         {"id": "deepseek-v3-1", "health": "healthy", "in_flight": 0, "requests": 0, "watched_seconds": watched},
+         {"id": "qwen2.5-coder-14b-1", "health": "unknown", "in_flight": 0, "requests": 0,
+          "watched_seconds": watched}]
     b = [{"id": "llama-3.1-70b-1", "health": "healthy", "in_flight": 1, "requests": 4,
-          "last_used": "2026-11-30T05:00:00+00:00", "idle_seconds": 10800.0},
+          "last_used": "2026-11-30T05:00:00+00:00", "idle_seconds": 10800.0, "watched_seconds": 86400.0},
          {"id": "deepseek-v3-1", "health": "healthy", "in_flight": 0, "requests": 1,
-          "last_used": "2026-11-30T05:30:00+00:00", "idle_seconds": 9000.0}]
+          "last_used": "2026-11-30T05:30:00+00:00", "idle_seconds": 9000.0, "watched_seconds": 86400.0}]
     return Runtime.from_replicas([("r1", a), ("r2", b)])
 
 
@@ -146,6 +148,15 @@ def test_idle_replicas_need_a_router(data: SiteData) -> None:
     assert [(i["id"], i["used"]) for i in view["idle"]] == [("deepseek-v3-1", True), ("llama-3.1-70b-2", False)]
     models = {m["name"]: m for m in models_view(data, router_runtime(data))["models"]}
     assert models["llama-3.1-70b"]["in_flight"] == 3
+
+
+def test_after_a_router_restart_idle_is_not_known_yet_never_idle(data: SiteData) -> None:
+    """r1 restarted 10 s ago: it cannot know what it served before, so nothing is idle for 1h
+    (before, every replica never used since its creation was "never used in 2h")."""
+    view = status_view(data, router_runtime(data, watched=10.0), NOW, idle_after=3600)
+    assert view["idle"] == []
+    assert view["idle_not_known"] == [{"id": "deepseek-v3-1", "model": "deepseek-v3", "watched_seconds": 10.0},
+                                      {"id": "llama-3.1-70b-2", "model": "llama-3.1-70b", "watched_seconds": 10.0}]
 
 
 def test_a_router_not_answering_makes_idle_not_known_never_idle(data: SiteData) -> None:

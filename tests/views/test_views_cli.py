@@ -61,14 +61,23 @@ def test_models_text_and_json(site: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("COLUMNS", "100")
     r = run_cli("-C", str(site), "models", "--no-router")
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.splitlines()[0].split() == ["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS"]
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS", "WEIGHTS", "COMMIT"]
+    # The pinned commit and the weights' size `catalog validate` recorded; "-" where there is none.
+    rows = {ln.split()[0]: ln.split()[-3:] for ln in lines[1:8]}
+    assert rows["llama-3.1-70b"] == ["131.4", "GB", "11b38f4daf0a"]
+    assert rows["qwen2.5-7b"] == ["4.4", "GB", "-"]
     row = next(ln for ln in r.stdout.splitlines() if ln.startswith("grok-1 "))
-    assert row.split()[-3:] == ["0/1", "not", "placed"]
+    assert row.split()[-6:-3] == ["0/1", "not", "placed"]
     assert "not placed: `llmgw explain MODEL` says why" in r.stdout
     assert max(len(ln) for ln in r.stdout.splitlines()) <= 100
     r = run_cli("-C", str(site), "models", "--json", "--no-router")
     data = json.loads(r.stdout)
     assert {m["name"]: m["status"] for m in data["models"]}["qwen2.5-7b"] == "on demand"
+    by_name = {m["name"]: m for m in data["models"]}
+    assert (by_name["llama-3.1-70b"]["commit"], by_name["llama-3.1-70b"]["weights_bytes"]) == (
+        "11b38f4daf0a29ecda154f991856fa61872a7c11", 141107412992)
+    assert (by_name["qwen2.5-7b"]["commit"], by_name["qwen2.5-7b"]["weights_bytes"]) == (None, 4683073536)
     assert data["counts"] == {"ready": 2, "starting": 1, "not placed": 3, "not moved": 0, "stopped": 0, "on demand": 1}
 
 

@@ -16,6 +16,8 @@ from llmgw.state import Replica, read_state, write_state
 from llmgw.store import open_store
 from tests.support.cli import run_cli
 from tests.support.example_site import example_site
+from tests.support.router import HTTP
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +65,9 @@ def test_replicas_carry_the_routers_view(routed: tuple[Path, str]) -> None:
 
 def test_status_names_idle_replicas(routed: tuple[Path, str]) -> None:
     root, admin = routed
+    # Idle for a second only once the router has watched them that long (llmgw.idle).
+    wait_until(lambda: all(x["watched_seconds"] >= 1 for x in HTTP.get(admin + "/api/v1/replicas").json()["replicas"]),
+               30, "the router watching its replicas for 1 s")
     r = run_cli("-C", str(root), "status", "--json", "--router", admin, "--idle-after", "1")
     view = json.loads(r.stdout)
     assert view["routers"] == [admin]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set
 
 from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import FactDict
 
@@ -18,6 +18,8 @@ WEIGHT_SUFFIXES = (".gguf", ".safetensors")
 # Files that make a folder a Hugging Face-style model folder when beside a config.json.
 _HF_WEIGHT_RE = re.compile(r"(\.safetensors|\.gguf|^pytorch_model.*\.bin|^model.*\.bin)$")
 PART_SUFFIX = ".part"
+# A model folder's file list is reported up to this many files (repositories hold tens).
+MAX_FOLDER_FILES = 5000
 
 
 def _tree_size(path: str) -> int:
@@ -38,6 +40,26 @@ def _tree_size(path: str) -> int:
     return total
 
 
+def _folder_files(path: str) -> Dict[str, int]:
+    """Each file under a model folder (relative path, `/`-separated) and its size: what the control
+    side checks an operator's copy of a whole repository against. Hidden files and `.part`
+    downloads are left out; a snapshot's links (the Hugging Face cache layout) are followed."""
+    out: Dict[str, int] = {}
+    for folder, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith(".") or name.endswith(PART_SUFFIX):
+                continue
+            full = os.path.join(folder, name)
+            try:
+                out[os.path.relpath(full, path).replace(os.sep, "/")] = os.stat(full).st_size
+            except OSError:
+                continue
+            if len(out) >= MAX_FOLDER_FILES:
+                return out
+    return out
+
+
 def _is_hf_folder(path: str, files: List[str]) -> bool:
     if "config.json" not in files:
         return False
@@ -54,7 +76,9 @@ def _is_hf_folder(path: str, files: List[str]) -> bool:
 def find_operator_weights(top: str, max_depth: int = 4, skip: Callable[[str, str], bool] = lambda d, n: False,
                           ) -> List[FactDict]:
     """Model files an operator put under `top`: *.gguf / *.safetensors files, and
-    Hugging Face-style folders (config.json beside weight files) as one entry each.
+    Hugging Face-style folders (config.json beside weight files) as one entry each, with
+    their file list (so the Hugging Face cache layout's `models--org--name/snapshots/REV/`
+    is found too: its files are links into `blobs/`, followed).
 
     Empty files, `.part` downloads and hidden folders are not weights.
     """
@@ -67,7 +91,8 @@ def find_operator_weights(top: str, max_depth: int = 4, skip: Callable[[str, str
         if folder != top and _is_hf_folder(folder, files):
             size = _tree_size(folder)
             if size > 0:
-                found.append({"path": folder, "size_bytes": size, "cache": False, "cache_name": None})
+                found.append({"path": folder, "size_bytes": size, "cache": False, "cache_name": None,
+                              "files": _folder_files(folder)})
             dirs[:] = []
             continue
         for name in sorted(files):

@@ -104,13 +104,17 @@ ansible_facts:
         - {mount: /, device: /dev/nvme0n1p2, fstype: ext4, shared: false,
            free_bytes: 1900000000000, total_bytes: 3800000000000, paths: [/models, /var/cache/llmgw]}
     llmgw_weights:
-      description: Model files and folders present, cache entries marked C(cache=true).
+      description:
+        - Model files and folders present, cache entries marked C(cache=true).
+        - An operator's model folder lists its files and their sizes in C(files) (relative paths).
       type: list
       elements: dict
       returned: always
       sample:
         - {path: /var/cache/llmgw/3f2a9c0d1e4b5a6f-qwen2.5-7b-instruct-q4_k_m.gguf, size_bytes: 4683073536,
            cache: true, cache_name: 3f2a9c0d1e4b5a6f-qwen2.5-7b-instruct-q4_k_m.gguf}
+        - {path: /models/models--Qwen--Qwen2.5-7B-Instruct/snapshots/a09a3545, size_bytes: 15231271864,
+           cache: false, cache_name: null, files: {config.json: 663, model-00001-of-00004.safetensors: 3945441440}}
     llmgw_units:
       description: llmgw systemd units present; null when systemd cannot be asked.
       type: list

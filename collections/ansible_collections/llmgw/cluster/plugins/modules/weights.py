@@ -23,6 +23,9 @@ description:
   - Single-flight per source on a host, through a lock file; eight shards starting together make one download.
   - Progress is readable while the download runs in C(.NAME.progress) (JSON with C(bytes), and C(total)
     only when the server sent a length).
+  - With I(state=present) and I(present_at), fetches nothing. It checks that the operator's copy at
+    I(present_at) exists and lies under I(model_dirs) (after resolving symlinks), outside I(cache_dir),
+    and reports it; it never writes there (the weights are served where they are).
   - With I(state=absent), removes the named cache entries, re-checking every one on the host before
     unlinking it - inside I(cache_dir) after resolving symlinks, with the cache-name pattern, no C(..),
     not a mount point, not open by any process, not listed in I(in_use). Anything else is refused and
@@ -68,6 +71,11 @@ options:
     type: list
     elements: path
     default: []
+  present_at:
+    description:
+      - An operator's copy of I(source) under I(model_dirs) that the shard is served from; nothing is
+        fetched or written, the copy is only checked (with I(state=present)).
+    type: path
   expected_bytes:
     description: The size the control side expects, reported as the progress total for whole repositories.
     type: int
@@ -89,6 +97,13 @@ EXAMPLES = r"""
     cache_dir: /var/cache/llmgw
     source: hf://Qwen/Qwen2.5-7B-Instruct-GGUF/qwen2.5-7b-instruct-q4_k_m.gguf
 
+- name: Check an operator's copy served in place (nothing is fetched)
+  llmgw.cluster.weights:
+    cache_dir: /var/cache/llmgw
+    source: hf://Qwen/Qwen2.5-7B-Instruct-GGUF/qwen2.5-7b-instruct-q4_k_m.gguf
+    present_at: /models/qwen2.5-7b-instruct-q4_k_m.gguf
+    model_dirs: [/models]
+
 - name: Reclaim weights no catalog model wants any more
   llmgw.cluster.weights:
     state: absent
@@ -103,8 +118,12 @@ name:
   type: str
   returned: state=present
 path:
-  description: Absolute path of the cache entry (present).
+  description: Absolute path of the cache entry, or of the operator's copy with I(present_at) (present).
   type: str
+  returned: state=present
+fetched:
+  description: Whether anything was downloaded or copied (false for I(present_at) and for a present entry).
+  type: bool
   returned: state=present
 size_bytes:
   description: Size of the cache entry in bytes (present; not in check mode before a fetch).
@@ -449,6 +468,21 @@ def _fetch_locked(source, final, cache_dir, name, hf_endpoint, hf_token, timeout
     os.rename(part, final)
 
 
+def check_present(path, model_dirs, cache_dir):
+    """The real path of an operator's copy served in place: it must exist, lie under one of the
+    host's llmgw_model_dirs and not inside llmgw's cache (whose entries are llmgw's, not served so)."""
+    real = os.path.realpath(path)
+    inside = [d for d in model_dirs if real.startswith(os.path.realpath(d).rstrip("/") + "/")]
+    if not inside:
+        raise FetchError("the copy to serve in place must lie under the host's llmgw_model_dirs (%s); %s does not"
+                         % (", ".join(model_dirs) or "none set", real))
+    if real == os.path.realpath(cache_dir) or real.startswith(os.path.realpath(cache_dir).rstrip("/") + "/"):
+        raise FetchError("%s is inside llmgw's cache %s; an operator's copy lives in a model dir" % (real, cache_dir))
+    if not os.path.exists(real):
+        raise FetchError("%s is not on this host (any more): gather facts again (`llmgw facts`) and plan" % real)
+    return real
+
+
 def _open_by(path):
     """(pid, command) of a process holding `path` open or mapped, else None."""
     real = os.path.realpath(path)
@@ -553,6 +587,7 @@ def build_module():
             hf_token=dict(type="str", no_log=True),
             hf_allow_http=dict(type="bool", default=False),
             model_dirs=dict(type="list", elements="path", default=[]),
+            present_at=dict(type="path"),
             expected_bytes=dict(type="int"),
             group=dict(type="str"),
             timeout=dict(type="int", default=60),
@@ -565,12 +600,19 @@ def build_module():
 def main():
     module = build_module()
     p = module.params
+    if p["state"] == "present" and p["present_at"]:
+        try:
+            real = check_present(p["present_at"], p["model_dirs"], p["cache_dir"])
+        except FetchError as exc:
+            module.fail_json(msg="cannot serve %s in place: %s" % (p["source"], exc), name=cache_name(p["source"]))
+        module.exit_json(changed=False, fetched=False, name=cache_name(p["source"]), path=real,
+                         size_bytes=_size(real))
     if p["state"] == "present":
         name = cache_name(p["source"])
         path = os.path.join(p["cache_dir"], name)
         if module.check_mode:
             present = os.path.exists(path)
-            module.exit_json(changed=not present, name=name, path=path,
+            module.exit_json(changed=not present, fetched=not present, name=name, path=path,
                              size_bytes=_size(path) if present else None)
         try:
             path, changed = fetch(p["source"], p["cache_dir"], p["hf_endpoint"], p["hf_token"], p["timeout"],
@@ -580,7 +622,7 @@ def main():
             with contextlib.suppress(OSError):
                 _write_progress(p["cache_dir"], name, 0, None, state="failed", error=str(exc))
             module.fail_json(msg="cannot fetch %s: %s" % (p["source"], exc), name=name)
-        module.exit_json(changed=changed, name=name, path=path, size_bytes=_size(path))
+        module.exit_json(changed=changed, fetched=changed, name=name, path=path, size_bytes=_size(path))
     removed, refused = remove(p["cache_dir"], p["names"], p["in_use"], module.check_mode)
     module.exit_json(changed=bool(removed), removed=removed, refused=refused)
 
