@@ -199,9 +199,9 @@ def dynamic_reason(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bo
     if fault == "gpus":
         pool = node.pool(p.gpu_class)
         cls = f"{p.gpu_class} " if p.gpu_class else ""
-        sick = "; ".join(f"GPU {g.index} unhealthy: {g.problems[0]}" for g in pool.unhealthy[:2])
-        if len(pool.unhealthy) > 2:
-            sick += f"; {len(pool.unhealthy) - 2} more unhealthy"
+        sick = "; ".join(pool.why[:2])
+        if len(pool.why) > 2:
+            sick += f"; {len(pool.why) - 2} more left out"
         return (f"{n}: {node.free_count(p.gpu_class)} of {len(pool.total)} {cls}GPUs free, needs {p.gpus}"
                 + (f" ({sick})" if sick else ""))
     if fault == "memory":

@@ -131,4 +131,5 @@ def test_the_real_nvml_here_reports_no_driver() -> None:
     assert nvml is pynvml
     facts = gpu_facts.gpu_facts(nvml)
     assert facts == {"llmgw_gpus": None, "llmgw_gpus_unknown_reason":
-                     "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) is not installed", "llmgw_gpu_host": NO_HOST}
+                     "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) is not installed",
+                     "llmgw_gpu_host": NO_HOST}
