@@ -212,6 +212,7 @@ class StaticKey:
     # A file:// source's path (`model_file`): only nodes listing a folder above it in
     # llmgw_model_dirs can serve it, as the host's weights module refuses any other path.
     model_file: str | None = None
+    requires: tuple[tuple[str, str], ...] = ()  # the profile's host stack (StackRequires.items())
 
 
 GroupKey = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)

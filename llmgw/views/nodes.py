@@ -65,7 +65,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         "node": name, "state": host.node_state, "labels": dict(host.labels), "address": host.mgmt_address,
         "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
         "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
-        "stale_since": None, "stale_reason": None, "unhealthy_gpus": [],
+        "stale_since": None, "stale_reason": None, "unhealthy_gpus": [], "gpu_driver": None, "cuda_version": None,
     }
     if facts is None:
         return rec
@@ -74,6 +74,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
     rec["stale_reason"] = facts.stale_reason
     rec["memory_mb"] = facts.memory_total_mb
     rec["cpus"] = facts.cpus
+    rec["gpu_driver"], rec["cuda_version"] = facts.gpu_driver, facts.cuda_version
     if facts.gpus is None:
         rec["gpus_unknown_reason"] = facts.gpus_unknown_reason
     else:
@@ -104,7 +105,9 @@ def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
     facts = data.facts.get(name)
     rec["gpu_list"] = None if facts is None or facts.gpus is None else [
         {"index": g.index, "name": g.name, "gpu_class": g.gpu_class, "memory_total_mb": g.memory_total_mb,
-         "healthy": g.healthy, "problems": list(g.problems), "replica": holders.get(g.index)}
+         "healthy": g.healthy, "problems": list(g.problems), "replica": holders.get(g.index),
+         "health": g.health, "notes": list(g.notes), "unknown": list(g.unknown), "pci_bus_id": g.pci_bus_id,
+         "vbios": g.vbios}
         for g in sorted(facts.gpus, key=lambda g: g.index)]
     rec["units"] = None if facts is None or facts.units is None else [u.model_dump(mode="json") for u in facts.units]
     rec["units_unknown_reason"] = facts.units_unknown_reason if facts else None
