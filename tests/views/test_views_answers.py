@@ -32,7 +32,7 @@ def draining(tmp_path: Path) -> Path:
 
 
 STAYS = ("node l40s-01 is draining; it stays until a replacement fits; no node takes a replacement: does not "
-         "match node_selector role=coding (has role=general) (15 of 18 nodes)")
+         "match node_selector role=coding (has role=general) (17 of 20 nodes)")
 
 
 def test_status_says_the_drain_keeps_the_replica_not_that_the_model_cannot_be_placed(
