@@ -219,6 +219,11 @@ def nodes_command(app: AppContext, as_json: bool) -> None:
         output.console.print("\nUnhealthy GPUs (neither used nor free):")
         for line in lines:
             output.console.print(line, markup=False, soft_wrap=True)
+    left_out = [f"  {r['node']}: {g['why']}" for r in records for g in r["left_out_gpus"]]
+    if left_out:
+        output.console.print("\nGPUs placement leaves out (cordoned, or of unknown health):")
+        for line in left_out:
+            output.console.print(line, markup=False, soft_wrap=True)
     if drivers:
         output.console.print("\nNVIDIA drivers: " + ", ".join(
             f"{d} on {n} node{'s' if n != 1 else ''}" for d, n in drivers.items()), markup=False, soft_wrap=True)

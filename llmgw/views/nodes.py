@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.facts.records import Filesystem, HostFacts
+from llmgw.planner.fleet import gpu_left_out
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
 
@@ -66,6 +67,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
         "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
         "stale_since": None, "stale_reason": None, "unhealthy_gpus": [], "gpu_driver": None, "cuda_version": None,
+        "left_out_gpus": [],
     }
     if facts is None:
         return rec
@@ -85,6 +87,9 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         rec["classes"] = sorted({g.gpu_class for g in facts.gpus})
         rec["unhealthy_gpus"] = [{"index": g.index, "uuid": g.uuid, "gpu_class": g.gpu_class,
                                   "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
+        # Healthy by their facts, yet not placed: cordoned by hand, or of unknown health.
+        rec["left_out_gpus"] = [{"index": g.index, "gpu_class": g.gpu_class, "why": why} for g in facts.gpus
+                                if g.healthy and (why := gpu_left_out(g, host)) is not None]
     if facts.filesystems is not None:
         rec["disk"] = disk_record(facts.filesystems)
     return rec

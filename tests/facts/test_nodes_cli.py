@@ -81,6 +81,8 @@ def test_the_table_marks_unknown_with_a_dash() -> None:
         and rows["old-01"][7] == "-"
     assert "570.133.20/12.8" in rows["gpu-node-09"] and "535.183.01/12.2" in rows["gpu-node-10"]
     assert "NVIDIA drivers: 535.183.01/12.2 on 1 node, 570.133.20/12.8 on 1 node" in result.stdout
+    assert ("GPUs placement leaves out (cordoned, or of unknown health):\n  gpu-node-10: GPU 7 cordoned "
+            "(llmgw_cordoned_gpus; `llmgw uncordon gpu-node-10 --gpu 7`)") in result.stdout
     assert rows["gpu-node-06"][2] == "7/8" and rows["gpu-node-08"][1] == "cordoned"
     assert rows["a100-node-03"][-1] == "(stale)"
     assert "0/0" not in result.stdout
