@@ -190,3 +190,16 @@ def test_events_unavailable_are_a_host_note_not_a_failure() -> None:
     assert facts["llmgw_gpus"][0]["unknown"] == []
     assert "NVML events are not available here (Not Supported): Xids came from the kernel log only" \
         in facts["llmgw_gpu_host"]["notes"]
+
+
+def test_a_gpu_outside_the_nvswitch_fabric_is_a_problem() -> None:
+    """Fabric manager down on an NVSwitch system leaves every GPU unregistered: each says so."""
+    waiting = FakeGpu(fabric=(pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED, pynvml.NVML_SUCCESS))
+    failed = FakeGpu(fabric=(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_ERROR_UNKNOWN))
+    joined = FakeGpu(fabric=(pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS))
+    gpus = gpu_facts.gpu_facts(FakeNvml(gpus=[waiting, failed, joined, FakeGpu()]))["llmgw_gpus"]
+    assert gpus[0]["problems"] == ["GPU 0 has not joined the NVSwitch fabric (not started): start "
+                                   "nvidia-fabricmanager and check its log"]
+    assert gpus[1]["problems"] == ["GPU 1 failed to join the NVSwitch fabric (NVML error 999): check "
+                                   "nvidia-fabricmanager's log"]
+    assert gpus[2]["problems"] == gpus[3]["problems"] == []

@@ -88,6 +88,7 @@ class FakeGpu:
     nvlink_errors: dict[int, int] = field(default_factory=dict)  # per counter, on each link
     violations_ns: dict[int, int] = field(default_factory=dict)  # NVML_PERF_POLICY_* -> ns
     recovery_action: int | None = 0  # None: the driver has no such field (nvmlReturn NotSupported)
+    fabric: tuple[int, int] | None = None  # NVSwitch fabric (state, status); None: no NVSwitch (NotSupported)
     failing: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code it returns
 
 
@@ -111,6 +112,8 @@ class FakeNvml:
     def __getattr__(self, name: str) -> Any:
         if name == "nvmlDeviceGetCurrentClocksEventReasons" and not self.old_api:
             return self._clock_events
+        if name.startswith("c_nvml") and not self.old_api:  # pynvml's own structures
+            return getattr(pynvml, name)
         raise AttributeError(name)
 
     def _handle(self, index: int) -> Any:
@@ -215,6 +218,16 @@ class FakeNvml:
             else:
                 values[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
         return values
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info_ref: Any) -> int:
+        """As pynvml's: fills the c_nvmlGpuFabricInfo_t the caller passes by reference."""
+        fabric = self._gpu(handle, "nvmlDeviceGetGpuFabricInfo").fabric
+        info = info_ref._obj
+        assert isinstance(info, pynvml.c_nvmlGpuFabricInfo_t)
+        if fabric is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info.state, info.status = fabric
+        return int(pynvml.NVML_SUCCESS)
 
     def _pcie(self, handle: Any, part: int) -> int:
         pcie = self._gpu(handle).pcie

@@ -15,6 +15,7 @@ is the `pynvml` module of nvidia-ml-py.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -58,6 +59,10 @@ NVLINK_COUNTERS = ((NVML_NVLINK_ERROR_DL_RECOVERY, "recovery"), (NVML_NVLINK_ERR
 NVML_PERF_POLICY_POWER = 0
 NVML_PERF_POLICY_THERMAL = 1
 nvmlEventTypeXidCriticalError = 0x8
+# An NVSwitch system's GPU joins the fabric through nvidia-fabricmanager; until it has, CUDA
+# cannot use it. States of nvmlDeviceGetGpuFabricInfo (R525+; NotSupported without NVSwitch).
+FABRIC_STATES = {1: "not started", 2: "in progress"}
+NVML_GPU_FABRIC_STATE_COMPLETED = 3
 
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
@@ -182,6 +187,7 @@ def read_health(nvml: Any, handle: Any, index: int) -> Health:
         if reasons & CLOCKS_EVENT_HW_POWER_BRAKE:
             problems.append("GPU %d is power-brake throttled: check the power supply" % index)
     _recovery(nvml, handle, index, health)
+    _fabric(nvml, handle, index, health)
     _pcie(query, index, health)
     _nvlink(nvml, handle, index, health)
     _violations(query, index, health)
@@ -208,6 +214,31 @@ def _recovery(nvml: Any, handle: Any, index: int, health: Health) -> None:
     if action:
         health.problems.append("GPU %d needs %s: the driver's recovery action is %d" % (
             index, RECOVERY_ACTIONS.get(action, "an action NVML names %d" % action), action))
+
+
+def _fabric(nvml: Any, handle: Any, index: int, health: Health) -> None:
+    """On an NVSwitch system, a GPU that has not joined the fabric cannot run CUDA: a problem
+    (fabric manager down leaves every GPU of the host so, which is what makes it host-wide)."""
+    make = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)
+    if make is None:
+        return  # an older pynvml
+    info = make()
+    try:
+        nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+    except Exception as exc:
+        code = error_code(exc)
+        if code in (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED):
+            raise
+        if code not in NOT_APPLICABLE and code is not None:
+            health.unknown.append("GPU %d: its NVSwitch fabric state could not be read (%s)" % (index, exc))
+        return
+    state = int(info.state)
+    if state in FABRIC_STATES:
+        health.problems.append("GPU %d has not joined the NVSwitch fabric (%s): start nvidia-fabricmanager and "
+                               "check its log" % (index, FABRIC_STATES[state]))
+    elif state == NVML_GPU_FABRIC_STATE_COMPLETED and int(info.status) != NVML_SUCCESS:
+        health.problems.append("GPU %d failed to join the NVSwitch fabric (NVML error %d): check "
+                               "nvidia-fabricmanager's log" % (index, int(info.status)))
 
 
 def _pcie(query: Callable[..., Any], index: int, health: Health) -> None:

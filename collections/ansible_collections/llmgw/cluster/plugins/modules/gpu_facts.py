@@ -18,7 +18,8 @@ description:
   - "Health problems reported: the GPU is lost or inaccessible; uncorrectable (volatile)
     ECC errors; retired pages pending; a row-remapping failure or pending remap; thermal
     (hardware or software) or power-brake throttling active now; a recovery action NVML
-    asks for (reset, reboot, drain); a PCIe link narrower than it can be; an NVLink down
+    asks for (reset, reboot, drain); on NVSwitch systems, a GPU that has not joined the
+    fabric (nvidia-fabricmanager down); a PCIe link narrower than it can be; an NVLink down
     while others are up; and fatal Xid errors since boot (48, 61, 62, 64, 74, 79, 94, 95,
     119, 120, 140, 154) from the kernel log (journalctl -k, else dmesg) and NVML's events,
     each with its number, meaning and time, mapped to the GPU by PCI address."
