@@ -11,6 +11,8 @@ Host vars llmgw reads:
     llmgw_mgmt_address  how routers reach the engines (default ansible_host, then the name)
     llmgw_failure_domain  a name (room, power feed...) a model's replicas spread across
     llmgw_drain_deadline  when a drain stops waiting for room elsewhere (UTC, set by `llmgw drain`)
+    llmgw_cordoned_gpus   [GPU indices] kept out of placement by hand (`llmgw cordon NODE --gpu N`)
+    llmgw_gpu_health_unknown  deny | allow: place on GPUs whose health could not be read (default deny)
 Nodes are the hosts of group `llmgw_nodes`; without that group, every host that is not
 only a router. Routers are the hosts of group `llmgw_routers`.
 
@@ -78,6 +80,8 @@ class Host:
     cache_dir: str = DEFAULT_CACHE_DIR
     mgmt_address: str = ""
     drain_deadline: datetime | None = None  # llmgw_drain_deadline (llmgw.nodetime), UTC
+    cordoned_gpus: frozenset[int] = frozenset()
+    gpu_health_unknown: Literal["deny", "allow"] = "deny"
     vars: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -181,9 +185,17 @@ def _host(name: str, hv: dict[str, Any], groups: frozenset[str], path: Path = Pa
     if not isinstance(mgmt, str) or not is_host_name(mgmt):
         key = "llmgw_mgmt_address" if hv.get("llmgw_mgmt_address") else "ansible_host"
         raise problem(key, "an IP address or a DNS name (no spaces, ports, paths, control characters or templates)")
+    cordoned = hv.get("llmgw_cordoned_gpus") or []
+    if not isinstance(cordoned, list) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0
+                                             for i in cordoned):
+        raise problem("llmgw_cordoned_gpus", "a list of GPU indices, e.g. [2, 5]")
+    unknown = hv.get("llmgw_gpu_health_unknown", "deny")
+    if unknown not in ("deny", "allow"):
+        raise problem("llmgw_gpu_health_unknown", "deny or allow")
     return Host(name=name, groups=groups, node_state=cast(NodeState, state),
                 labels={str(k): str(v) for k, v in labels.items()}, model_dirs=list(dirs),
-                cache_dir=cache, mgmt_address=str(mgmt), drain_deadline=deadline, vars=hv)
+                cache_dir=cache, mgmt_address=str(mgmt), drain_deadline=deadline, cordoned_gpus=frozenset(cordoned),
+                gpu_health_unknown=unknown, vars=hv)
 
 
 def parse_inventory_json(path: Path, data: dict[str, Any]) -> Inventory:

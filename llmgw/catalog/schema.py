@@ -29,6 +29,7 @@ from pydantic import (
 
 from llmgw.engines import find, names
 from llmgw.engines.flags import check_args, check_env_name
+from llmgw.stack import StackRequires
 
 NAME_RE = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
@@ -175,6 +176,8 @@ class Profile(BaseModel):
     # The engine runs the model repository's own Python (`--trust-remote-code`): a key of
     # its own, never an arg, so that review, the plan and policy `auto` see it.
     trust_remote_code: StrictBool = False
+    # The host's NVIDIA stack this profile needs (llmgw/stack.py): {driver: ">=570", cuda: ">=12.8"}.
+    requires: StackRequires = StackRequires()
 
     @model_validator(mode="after")
     def _multi_node_needs_gpus(self) -> Profile:

@@ -37,9 +37,14 @@ def _node_command(verb: str, state: NodeState, summary: str) -> click.Command:
                    "defines it (YAML only), keeping comments and order. Nothing changes on the hosts until "
                    "`llmgw apply`.")
     @click.argument("node")
+    @click.option("--gpu", type=click.IntRange(min=0),
+                  help="Only this GPU (its index): the node's other GPUs stay as they are.")
     @pass_app
-    def command(app: AppContext, node: str) -> None:
+    def command(app: AppContext, node: str, gpu: int | None) -> None:
         site = app.site
+        if gpu is not None:
+            _gpu_command(site, node, gpu, verb)
+            return
         edit = edits.node_state_edit(site.inventory, node, state)
         if edit is None:
             click.echo(f"{node} is already {state}; nothing was written.")
@@ -47,6 +52,19 @@ def _node_command(verb: str, state: NodeState, summary: str) -> click.Command:
         _show(site, edit, f"{node} is now {state}: {_STATE_NOTES[state]}.")
 
     return command
+
+
+def _gpu_command(site: Site, node: str, gpu: int, verb: str) -> None:
+    if verb == "drain":
+        raise click.UsageError("drain moves a whole node's replicas; cordon the GPU instead (--gpu with cordon)")
+    cordon = verb == "cordon"
+    edit = edits.gpu_cordon_edit(site.inventory, node, gpu, cordon)
+    word = "cordoned" if cordon else "placeable"
+    if edit is None:
+        click.echo(f"GPU {gpu} of {node} is already {word}; nothing was written.")
+        return
+    _show(site, edit, f"GPU {gpu} of {node} is now {word}: " + (
+        "no new shard will be placed on it; the one it runs stays." if cordon else "it may take new shards again."))
 
 
 cordon = _node_command("cordon", "cordoned", "Place no new replicas on NODE; the ones it runs stay.")
@@ -58,8 +76,9 @@ uncordon = _node_command("uncordon", "ready", "Let NODE take new replicas again 
 @click.option("--deadline", metavar="DURATION",
               help=f"How long replicas that no other node can take stay on NODE (30m, 1h, 90s; default "
                    f"{DEFAULT_DRAIN_DEADLINE}). The first plan after it destroys them, even below scaling.min.")
+@click.option("--gpu", type=click.IntRange(min=0), hidden=True)  # only to say what to run instead
 @pass_app
-def drain(app: AppContext, node: str, deadline: str | None) -> None:
+def drain(app: AppContext, node: str, deadline: str | None, gpu: int | None) -> None:
     """Move every replica off NODE at the next apply, without dropping a request.
 
     Sets `llmgw_node_state: draining` and `llmgw_drain_deadline` (a UTC time, now plus
@@ -69,6 +88,8 @@ def drain(app: AppContext, node: str, deadline: str | None) -> None:
     says how far below scaling.min its model falls. Nothing changes on the hosts until
     `llmgw apply`; `llmgw uncordon NODE` ends the drain.
     """
+    if gpu is not None:
+        _gpu_command(app.site, node, gpu, "drain")
     site = app.site
     host = load_inventory(site.inventory).hosts.get(node)
     if deadline is None and host is not None and host.node_state == "draining" and host.drain_deadline:

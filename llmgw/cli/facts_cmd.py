@@ -37,6 +37,23 @@ def when(ts: datetime) -> str:
 # ---------------------------------------------------------------------------- nodes
 
 
+def stack_text(rec: dict[str, Any]) -> str:
+    """The NVIDIA driver and the CUDA it supports, `570.133.20/12.8`; `-` when not reported."""
+    driver, cuda = rec.get("gpu_driver"), rec.get("cuda_version")
+    if driver is None:
+        return UNKNOWN
+    return f"{driver}/{cuda}" if cuda else driver
+
+
+def driver_summary(records: list[dict[str, Any]]) -> dict[str, int]:
+    """The fleet's driver/CUDA versions (as `stack_text` writes them) -> how many nodes run each, most first."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.get("gpu_driver"):
+            counts[stack_text(r)] = counts.get(stack_text(r), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def node_row(rec: dict[str, Any]) -> list[str]:
     gpus = rec["gpus"]
     disk = rec["disk"]
@@ -64,6 +81,7 @@ def node_row(rec: dict[str, Any]) -> list[str]:
         UNKNOWN if rec["memory_mb"] is None else human_bytes(rec["memory_mb"] * 1024 * 1024),
         disk_text,
         UNKNOWN if classes is None else (",".join(classes) or "none"),
+        stack_text(rec),
         UNKNOWN if rec["fabrics"] is None else (",".join(rec["fabrics"]) or "none"),
         str(len(rec["replicas"])),
         seen,
@@ -176,18 +194,19 @@ def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: 
 @pass_app
 @collector.paused()  # a short-lived process: see llmgw.collector
 def nodes_command(app: AppContext, as_json: bool) -> None:
-    """Every node: state, free/total GPUs, memory, disk, GPU classes, fabrics, replicas, last seen.
+    """Every node: state, free/total GPUs, memory, disk, GPU classes, driver/CUDA, fabrics, replicas, last seen.
 
     `-` means the host did not report it (unknown, not zero). Unhealthy GPUs are
     listed under the table with their reasons.
     """
     records, notes = nodes_report(app.site)
+    drivers = driver_summary(records)
     if as_json:
-        output.print_json({"nodes": records, "notes": notes})
+        output.print_json({"nodes": records, "notes": notes, "drivers": drivers})
         return
     from rich.console import Console
 
-    columns = ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "FABRICS", "REPLICAS", "LAST SEEN"]
+    columns = ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "DRIVER/CUDA", "FABRICS", "REPLICAS", "LAST SEEN"]
     # Piped or captured output gets room for every column instead of folding cells.
     console = output.console if output.console.is_terminal else Console(highlight=False, width=200)
     console.print(output.table(columns, [node_row(r) for r in records]))
@@ -200,6 +219,14 @@ def nodes_command(app: AppContext, as_json: bool) -> None:
         output.console.print("\nUnhealthy GPUs (neither used nor free):")
         for line in lines:
             output.console.print(line, markup=False, soft_wrap=True)
+    left_out = [f"  {r['node']}: {g['why']}" for r in records for g in r["left_out_gpus"]]
+    if left_out:
+        output.console.print("\nGPUs placement leaves out (cordoned, or of unknown health):")
+        for line in left_out:
+            output.console.print(line, markup=False, soft_wrap=True)
+    if drivers:
+        output.console.print("\nNVIDIA drivers: " + ", ".join(
+            f"{d} on {n} node{'s' if n != 1 else ''}" for d, n in drivers.items()), markup=False, soft_wrap=True)
     stale = [r for r in records if r["stale_since"]]
     if stale:
         output.console.print("\nStale facts (host not reached at the last `llmgw facts`):")

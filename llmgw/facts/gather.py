@@ -97,6 +97,7 @@ def facts_from_results(host: str, results: Mapping[str, TaskResult], now: dateti
         memory_total_mb=facts.get("llmgw_memory_total_mb"),
         gpus=facts.get("llmgw_gpus"),
         gpus_unknown_reason=facts.get("llmgw_gpus_unknown_reason"),
+        **_gpu_host(facts.get("llmgw_gpu_host")),
         filesystems=facts.get("llmgw_filesystems"),
         weights=facts.get("llmgw_weights"),
         units=facts.get("llmgw_units"),
@@ -106,6 +107,13 @@ def facts_from_results(host: str, results: Mapping[str, TaskResult], now: dateti
         ibnetdiscover=fabric_facts.get("llmgw_ibnetdiscover"),
         ibnetdiscover_reason=fabric_facts.get("llmgw_ibnetdiscover_reason"),
     )
+
+
+def _gpu_host(found: Any) -> dict[str, Any]:
+    """The host-wide part of gpu_facts (llmgw_gpu_host) as HostFacts fields."""
+    found = found if isinstance(found, dict) else {}
+    return {"gpu_driver": found.get("driver_version"), "cuda_version": found.get("cuda_version"),
+            "gpu_kernel_log": found.get("kernel_log"), "gpu_notes": found.get("notes")}
 
 
 def keep_stale(previous: HostFacts, reason: str, now: datetime) -> HostFacts:

@@ -33,12 +33,25 @@ class Gpu(_Model):
     gpu_class: str  # normalised, e.g. "H100-80GB"
     memory_total_mb: int | None = None
     memory_used_mb: int | None = None
+    pci_bus_id: str | None = None  # "0000:3b:00.0", as sysfs spells it
+    vbios: str | None = None
     # Each problem that keeps this GPU out of placement, as a sentence. Empty = healthy.
     problems: list[str] = Field(default_factory=list)
+    # Findings that do not keep it out (an application's Xid, NVLink error counts), as sentences.
+    notes: list[str] = Field(default_factory=list)
+    # Health checks that could not be read (the kernel log, an NVML query), as sentences: a
+    # GPU with no problem and something unknown is of unknown health, not healthy. Facts from
+    # before these checks existed have none: their health was what `problems` says.
+    unknown: list[str] = Field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
+        """No problem found (its health may still be unknown: see `health`)."""
         return not self.problems
+
+    @property
+    def health(self) -> Literal["ok", "problem", "unknown"]:
+        return "problem" if self.problems else "unknown" if self.unknown else "ok"
 
 
 class Filesystem(_Model):
@@ -110,6 +123,10 @@ class HostFacts(_Model):
     memory_total_mb: int | None = None
     gpus: list[Gpu] | None = None
     gpus_unknown_reason: str | None = None  # why `gpus` is None ("no NVIDIA driver", ...)
+    gpu_driver: str | None = None  # the NVIDIA driver's version, e.g. "570.133.20"
+    cuda_version: str | None = None  # the newest CUDA that driver supports, e.g. "12.8"
+    gpu_kernel_log: str | None = None  # where Xids were read: "journalctl" | "dmesg"; None: not read
+    gpu_notes: list[str] | None = None  # host-wide GPU notes (Xids at addresses NVML does not list...)
     filesystems: list[Filesystem] | None = None
     weights: list[Weights] | None = None
     units: list[Unit] | None = None

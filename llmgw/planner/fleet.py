@@ -43,8 +43,9 @@ class GpuPool:
     frozen: a frozen dataclass sets each field through object.__setattr__, and one is made per node)."""
 
     total: tuple[int, ...]
-    healthy: tuple[int, ...]
+    healthy: tuple[int, ...]  # placeable: healthy, not cordoned, and of known health unless the host allows unknown
     unhealthy: tuple[Gpu, ...]
+    why: tuple[str, ...] = ()  # per GPU of `unhealthy`: why it is left out, "GPU 2 unhealthy: ..."
 
 
 @dataclass
@@ -95,9 +96,11 @@ class NodeView:
                 gpus = sorted(gpus, key=_by_index)
                 indexes = [g.index for g in gpus]
             total = tuple(indexes)
-            sick = [g for g in gpus if not g.healthy]
-            cached = GpuPool(total, total if not sick else tuple([g.index for g in gpus if g.healthy]),
-                             tuple(sick))
+            host = self.host
+            left_out = [(g, why) for g in gpus if (why := gpu_left_out(g, host)) is not None]
+            out = {g.index for g, _ in left_out}
+            cached = GpuPool(total, total if not left_out else tuple([i for i in indexes if i not in out]),
+                             tuple(g for g, _ in left_out), tuple(why for _, why in left_out))
             self._pools[gpu_class] = cached
         return cached
 
@@ -131,6 +134,19 @@ class NodeView:
         """Every leaf switch the node's adapters hang off, on any fabric (`Fleet.leaf_set`
         caches it per node)."""
         return frozenset(leaf for pairs in self.leaves.values() for _adapter, leaf in pairs)
+
+
+def gpu_left_out(gpu: Gpu, host: Host) -> str | None:
+    """Why placement leaves this GPU out, or None: cordoned by hand, a problem, or health not
+    known (unless the host allows unknown). Per GPU: the host's other GPUs stay placeable."""
+    if gpu.index in host.cordoned_gpus:
+        return f"GPU {gpu.index} cordoned (llmgw_cordoned_gpus; `llmgw uncordon {host.name} --gpu {gpu.index}`)"
+    if gpu.problems:
+        return f"GPU {gpu.index} unhealthy: {gpu.problems[0]}"
+    if gpu.unknown and host.gpu_health_unknown != "allow":
+        return (f"GPU {gpu.index} health unknown: {gpu.unknown[0]} (set llmgw_gpu_health_unknown: allow "
+                f"for {host.name} to place on it anyway)")
+    return None
 
 
 _by_index = attrgetter("index")
@@ -192,6 +208,7 @@ class StaticKey:
     # A file:// source's path (`model_file`): only nodes listing a folder above it in
     # llmgw_model_dirs can serve it, as the host's weights module refuses any other path.
     model_file: str | None = None
+    requires: tuple[tuple[str, str], ...] = ()  # the profile's host stack (StackRequires.items())
 
 
 GroupKey = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)

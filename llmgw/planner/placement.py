@@ -46,6 +46,7 @@ from llmgw.planner.fleet import (
     model_file,
 )
 from llmgw.planner.spreading import Grouping, SpreadIndex
+from llmgw.stack import stack_reason
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class Need:
         for name, value in (("source", self.model.source), ("gpus", p.gpus), ("gpu_class", p.gpu_class),
                             ("memory_mb", p.min_memory_gb * MB_PER_GB),
                             ("key", StaticKey(p.gpu_class, tuple(sorted(p.node_selector.items())), p.gpus,
-                                              p.min_memory_gb, needs_fabric(p), model_file(self.model.source)))):
+                                              p.min_memory_gb, needs_fabric(p), model_file(self.model.source),
+                                              p.requires.items()))):
             object.__setattr__(self, name, value)
 
 
@@ -141,6 +143,8 @@ def static_reason(node: NodeView, key: StaticKey, nodes_wanted: int) -> str | No
             return f"{n}: has {_plural(len(pool.total), cls + 'GPU')}, needs {key.gpus}"
     if key.memory_gb > 0 and node.mem_mb is not None and node.mem_mb < key.memory_gb * MB_PER_GB:
         return f"{n}: has {fmt_gb(node.mem_mb / MB_PER_GB)} GB of memory, needs {fmt_gb(key.memory_gb)}"
+    if key.requires and (why := stack_reason(node.facts, key.requires)):
+        return f"{n}: {why}"
     if key.multi_node and not node.fabrics:
         return f"{n}: on no InfiniBand fabric, and a {nodes_wanted}-node profile needs one"
     if key.model_file is not None and not in_model_dirs(key.model_file, node.host.model_dirs):
@@ -203,9 +207,9 @@ def dynamic_reason(fleet: Fleet, node: NodeView, need: Need, *, gpus_checked: bo
     if fault == "gpus":
         pool = node.pool(p.gpu_class)
         cls = f"{p.gpu_class} " if p.gpu_class else ""
-        sick = "; ".join(f"GPU {g.index} unhealthy: {g.problems[0]}" for g in pool.unhealthy[:2])
-        if len(pool.unhealthy) > 2:
-            sick += f"; {len(pool.unhealthy) - 2} more unhealthy"
+        sick = "; ".join(pool.why[:2])
+        if len(pool.why) > 2:
+            sick += f"; {len(pool.why) - 2} more left out"
         return (f"{n}: {node.free_count(p.gpu_class)} of {len(pool.total)} {cls}GPUs free, needs {p.gpus}"
                 + (f" ({sick})" if sick else ""))
     if fault == "memory":
@@ -244,6 +248,8 @@ def static_ok(node: NodeView, key: StaticKey) -> bool:
     if key.memory_gb > 0 and node.mem_mb is not None and node.mem_mb < key.memory_gb * MB_PER_GB:
         return False
     if key.multi_node and not node.fabrics:
+        return False
+    if key.requires and stack_reason(node.facts, key.requires) is not None:
         return False
     return key.model_file is None or in_model_dirs(key.model_file, host.model_dirs)
 

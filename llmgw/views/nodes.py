@@ -12,6 +12,7 @@ from typing import Any
 from llmgw.facts.records import Filesystem, HostFacts
 from llmgw.nodetime import liveness
 from llmgw.views.held import Held, node_weights, weights_held
+from llmgw.planner.fleet import gpu_left_out
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
 
@@ -69,6 +70,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         "gpus": None, "gpus_unknown_reason": None, "classes": None, "memory_mb": None, "cpus": None,
         "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
         "stale_since": None, "stale_reason": None, "unhealthy_gpus": [], "weights": None,
+        "gpu_driver": None, "cuda_version": None, "left_out_gpus": [],
         "drain_deadline": iso(host.drain_deadline) if host.drain_deadline and host.node_state == "draining" else None,
         "condition": None, "condition_reason": None, "lost_at": None,
     }
@@ -85,6 +87,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
     rec["stale_reason"] = facts.stale_reason
     rec["memory_mb"] = facts.memory_total_mb
     rec["cpus"] = facts.cpus
+    rec["gpu_driver"], rec["cuda_version"] = facts.gpu_driver, facts.cuda_version
     if facts.gpus is None:
         rec["gpus_unknown_reason"] = facts.gpus_unknown_reason
     else:
@@ -95,6 +98,9 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         rec["classes"] = sorted({g.gpu_class for g in facts.gpus})
         rec["unhealthy_gpus"] = [{"index": g.index, "uuid": g.uuid, "gpu_class": g.gpu_class,
                                   "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
+        # Healthy by their facts, yet not placed: cordoned by hand, or of unknown health.
+        rec["left_out_gpus"] = [{"index": g.index, "gpu_class": g.gpu_class, "why": why} for g in facts.gpus
+                                if g.healthy and (why := gpu_left_out(g, host)) is not None]
     if facts.filesystems is not None:
         rec["disk"] = disk_record(facts.filesystems)
     return rec
@@ -115,7 +121,9 @@ def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
     facts = data.facts.get(name)
     rec["gpu_list"] = None if facts is None or facts.gpus is None else [
         {"index": g.index, "name": g.name, "gpu_class": g.gpu_class, "memory_total_mb": g.memory_total_mb,
-         "healthy": g.healthy, "problems": list(g.problems), "replica": holders.get(g.index)}
+         "healthy": g.healthy, "problems": list(g.problems), "replica": holders.get(g.index),
+         "health": g.health, "notes": list(g.notes), "unknown": list(g.unknown), "pci_bus_id": g.pci_bus_id,
+         "vbios": g.vbios}
         for g in sorted(facts.gpus, key=lambda g: g.index)]
     rec["units"] = None if facts is None or facts.units is None else [u.model_dump(mode="json") for u in facts.units]
     rec["units_unknown_reason"] = facts.units_unknown_reason if facts else None

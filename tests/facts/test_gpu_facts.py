@@ -14,6 +14,7 @@ from tests.support.facts import FakeGpu, FakeNvml, module, util
 
 gpu = util("gpu")
 gpu_facts = module("gpu_facts")
+NO_HOST = {"driver_version": None, "cuda_version": None, "kernel_log": None, "notes": []}
 
 
 def test_eight_healthy_h100() -> None:
@@ -23,7 +24,11 @@ def test_eight_healthy_h100() -> None:
     gpus = facts["llmgw_gpus"]
     assert [g["index"] for g in gpus] == list(range(8))
     assert gpus[3] == {"index": 3, "uuid": "GPU-3", "name": "NVIDIA H100 80GB HBM3", "gpu_class": "H100-80GB",
-                       "memory_total_mb": 81559, "memory_used_mb": 1536, "problems": []}
+                       "memory_total_mb": 81559, "memory_used_mb": 1536, "pci_bus_id": "0000:61:00.0",
+                       "vbios": "96.00.89.00.01", "problems": [], "notes": [],
+                       "unknown": ["GPU 3: Xid errors since boot are not known: the kernel log was not read"]}
+    assert facts["llmgw_gpu_host"] == {"driver_version": "570.133.20", "cuda_version": "12.8", "kernel_log": None,
+                                       "notes": []}
     assert nvml.shutdown
 
 
@@ -107,7 +112,7 @@ def test_a_lost_gpu_is_reported_and_the_others_still_are() -> None:
 ])
 def test_no_driver_means_not_known_with_the_reason(code: int, reason: str) -> None:
     facts = gpu_facts.gpu_facts(FakeNvml(init_error=code))
-    assert facts == {"llmgw_gpus": None, "llmgw_gpus_unknown_reason": reason}
+    assert facts == {"llmgw_gpus": None, "llmgw_gpus_unknown_reason": reason, "llmgw_gpu_host": NO_HOST}
 
 
 def test_no_library_means_not_known_with_the_reason() -> None:
@@ -126,4 +131,5 @@ def test_the_real_nvml_here_reports_no_driver() -> None:
     assert nvml is pynvml
     facts = gpu_facts.gpu_facts(nvml)
     assert facts == {"llmgw_gpus": None, "llmgw_gpus_unknown_reason":
-                     "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) is not installed"}
+                     "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) is not installed",
+                     "llmgw_gpu_host": NO_HOST}

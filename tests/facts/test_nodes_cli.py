@@ -38,7 +38,7 @@ def test_the_recorded_fleet() -> None:
     classes = {g.gpu_class for f in facts.values() for g in f.gpus or []}
     assert {"H100-80GB", "A100-40GB", "L40S-48GB"} <= classes
     nodes = nodes_json(EXAMPLE)
-    assert len(nodes) == 18 and "router-01" not in nodes
+    assert len(nodes) == 20 and "router-01" not in nodes
 
     h100 = nodes["gpu-node-06"]
     assert h100["gpus"] == {"total": 8, "healthy": 7, "used": 0, "free": 7}
@@ -72,12 +72,17 @@ def test_the_table_marks_unknown_with_a_dash() -> None:
     result = run_cli("-C", str(EXAMPLE), "nodes")
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "FABRICS", "REPLICAS", "LAST",
-                                "SEEN"]
-    rows = {line.split()[0]: line.split() for line in lines[1:19]}
+    assert lines[0].split() == ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "DRIVER/CUDA", "FABRICS",
+                                "REPLICAS", "LAST", "SEEN"]
+    rows = {line.split()[0]: line.split() for line in lines[1:21]}
     assert rows["cpu-01"][:5] == ["cpu-01", "ready", "-", "16", "GiB"]
-    assert rows["new-01"] == ["new-01", "ready", "-", "-", "-", "-", "-", "0", "never"]
-    assert rows["old-01"][2] == "-" and rows["old-01"][5] == "-" and rows["old-01"][6] == "-"
+    assert rows["new-01"] == ["new-01", "ready", "-", "-", "-", "-", "-", "-", "0", "never"]
+    assert rows["old-01"][2] == "-" and rows["old-01"][5] == "-" and rows["old-01"][6] == "-" \
+        and rows["old-01"][7] == "-"
+    assert "570.133.20/12.8" in rows["gpu-node-09"] and "535.183.01/12.2" in rows["gpu-node-10"]
+    assert "NVIDIA drivers: 535.183.01/12.2 on 1 node, 570.133.20/12.8 on 1 node" in result.stdout
+    assert ("GPUs placement leaves out (cordoned, or of unknown health):\n  gpu-node-10: GPU 7 cordoned "
+            "(llmgw_cordoned_gpus; `llmgw uncordon gpu-node-10 --gpu 7`)") in result.stdout
     assert rows["gpu-node-06"][2] == "7/8" and rows["gpu-node-08"][1] == "cordoned"
     assert rows["a100-node-03"][-1] == "(stale)"
     assert "0/0" not in result.stdout

@@ -35,7 +35,7 @@ def test_each_filter_names_the_node_and_the_shortfall() -> None:
         "d: has no H100-80GB GPUs (has 8 A100-80GB), needs 4",
         "e: has 2 H100-80GB GPUs, needs 4",
         "f: GPUs not known (not reported), needs 4 H100-80GB GPUs",
-        "g: 3 of 8 H100-80GB GPUs free, needs 4 (GPU 0 unhealthy: GPU lost; GPU 1 unhealthy: ECC; 3 more unhealthy)",
+        "g: 3 of 8 H100-80GB GPUs free, needs 4 (GPU 0 unhealthy: GPU lost; GPU 1 unhealthy: ECC; 3 more left out)",
         "h: draining",
     ]
 

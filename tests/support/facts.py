@@ -7,6 +7,7 @@ codes, so the code under test handles exactly what pynvml raises on a real host.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import sys
 from dataclasses import dataclass, field
@@ -55,6 +56,18 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
 
 
 # ---------------------------------------------------------------------------- NVML substitute
+#
+# The shape of the real pynvml: its function names and arguments, its NVMLError subclasses
+# (NVMLError(code) makes NVMLError_NotSupported & co.), and its ctypes results - device
+# handles are c_nvmlDevice_t pointers, PCI info an nvmlPciInfo_t, field values an array of
+# c_nvmlFieldValue_t with their own nvmlReturn, events c_nvmlEventData_t naming the device.
+
+_HANDLE_BASE = 0x7F0000001000
+_BUSES = (0x1B, 0x43, 0x52, 0x61, 0x9D, 0xC3, 0xD1, 0xDF)  # an HGX board's GPUs
+
+
+def _error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
 
 
 @dataclass
@@ -68,84 +81,209 @@ class FakeGpu:
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # corr, unc, pending, failure
     clock_events: int = 0
     lost: bool = False  # every query raises NVML_ERROR_GPU_IS_LOST
+    bus: int | None = None  # PCI bus; None: the board's slot for its index
+    vbios: str = "96.00.89.00.01"
+    pcie: tuple[int, int, int, int] | None = (16, 16, 5, 5)  # width now, max width, gen now, max gen
+    nvlinks: list[bool] | None = None  # per link, up; None: no NVLink (NotSupported)
+    nvlink_errors: dict[int, int] = field(default_factory=dict)  # per counter, on each link
+    violations_ns: dict[int, int] = field(default_factory=dict)  # NVML_PERF_POLICY_* -> ns
+    recovery_action: int | None = 0  # None: the driver has no such field (nvmlReturn NotSupported)
+    fabric: tuple[int, int] | None = None  # NVSwitch fabric (state, status); None: no NVSwitch (NotSupported)
+    failing: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code it returns
 
 
-@dataclass
-class _Mem:
-    total: int
-    used: int
-    free: int
-
-
-@dataclass
 class FakeNvml:
-    """pynvml's call surface over a list of FakeGpu; `init_error` makes nvmlInit fail."""
+    """pynvml's call surface over a list of FakeGpu; `init_error` makes nvmlInit fail;
+    `events` are (GPU index, Xid) pairs delivered by nvmlEventSetWait_v2, then Timeout."""
 
-    gpus: list[FakeGpu] = field(default_factory=list)
-    init_error: int | None = None
-    old_api: bool = False  # an older pynvml: no nvmlDeviceGetCurrentClocksEventReasons
-    calls: list[str] = field(default_factory=list)
-    shutdown: bool = False
+    def __init__(self, gpus: list[FakeGpu] | None = None, init_error: int | None = None, old_api: bool = False,
+                 events: list[tuple[int, int]] | None = None, events_error: int | None = None,
+                 driver: str = "570.133.20", cuda: int = 12080) -> None:
+        self.gpus = gpus or []
+        self.init_error = init_error
+        self.old_api = old_api  # an older pynvml: no nvmlDeviceGetCurrentClocksEventReasons
+        self.events = list(events or [])
+        self.events_error = events_error
+        self.driver, self.cuda = driver, cuda
+        self.calls: list[str] = []
+        self.shutdown = False
+        self.waits: list[int] = []
 
     def __getattr__(self, name: str) -> Any:
         if name == "nvmlDeviceGetCurrentClocksEventReasons" and not self.old_api:
             return self._clock_events
+        if name.startswith("c_nvml") and not self.old_api:  # pynvml's own structures
+            return getattr(pynvml, name)
         raise AttributeError(name)
 
-    def _gpu(self, handle: int) -> FakeGpu:
-        gpu = self.gpus[handle]
+    def _handle(self, index: int) -> Any:
+        return ctypes.cast(ctypes.c_void_p(_HANDLE_BASE + 16 * index), pynvml.c_nvmlDevice_t)
+
+    def _index(self, handle: Any) -> int:
+        assert isinstance(handle, pynvml.c_nvmlDevice_t), "NVML takes the handle nvmlDeviceGetHandleByIndex gave"
+        address = ctypes.cast(handle, ctypes.c_void_p).value
+        assert address is not None
+        return (address - _HANDLE_BASE) // 16
+
+    def _gpu(self, handle: Any, fn: str = "") -> FakeGpu:
+        gpu = self.gpus[self._index(handle)]
         if gpu.lost:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if fn in gpu.failing:
+            raise _error(gpu.failing[fn])
         return gpu
 
     def nvmlInit(self) -> None:
         self.calls.append("init")
         if self.init_error is not None:
-            raise pynvml.NVMLError(self.init_error)
+            raise _error(self.init_error)
 
     def nvmlShutdown(self) -> None:
         self.shutdown = True
 
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda
+
     def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
         if self.gpus[index].lost:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return index
+            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return self._handle(index)
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        return self._index(handle)
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
         return self._gpu(handle).uuid
 
-    def nvmlDeviceGetName(self, handle: int) -> bytes:
+    def nvmlDeviceGetName(self, handle: Any) -> bytes:
         return self._gpu(handle).name.encode()  # older pynvml returns bytes
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _Mem:
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
         g = self._gpu(handle)
         mib = 1024 * 1024
-        return _Mem(total=g.total_mib * mib, used=g.used_mib * mib, free=(g.total_mib - g.used_mib) * mib)
+        return pynvml.c_nvmlMemory_t(total=g.total_mib * mib, free=(g.total_mib - g.used_mib) * mib,
+                                     used=g.used_mib * mib)
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter_type: int) -> int:
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        index = self._index(handle)
+        g = self._gpu(handle, "nvmlDeviceGetPciInfo")
+        bus = _BUSES[index % len(_BUSES)] if g.bus is None else g.bus
+        return pynvml.nvmlPciInfo_t(busIdLegacy=b"0000:%02X:00.0" % bus, domain=0, bus=bus, device=0,
+                                    pciDeviceId=0x233010DE, pciSubSystemId=0x16C110DE,
+                                    busId=b"00000000:%02X:00.0" % bus)
+
+    def nvmlDeviceGetVbiosVersion(self, handle: Any) -> str:
+        return self._gpu(handle).vbios
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
         assert (error_type, counter_type) == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
-        value = self._gpu(handle).ecc_uncorrected
+        value = self._gpu(handle, "nvmlDeviceGetTotalEccErrors").ecc_uncorrected
         if value is None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return value
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
-        value = self._gpu(handle).pages_pending
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
+        value = self._gpu(handle, "nvmlDeviceGetRetiredPagesPendingStatus").pages_pending
         if value is None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return value
 
-    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
-        value = self._gpu(handle).remapped_rows
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        value = self._gpu(handle, "nvmlDeviceGetRemappedRows").remapped_rows
         if value is None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return value
 
-    def _clock_events(self, handle: int) -> int:
+    def _clock_events(self, handle: Any) -> int:
         return self._gpu(handle).clock_events
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: int) -> int:
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
         return self._gpu(handle).clock_events
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> Any:
+        g = self._gpu(handle, "nvmlDeviceGetFieldValues")
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for i, fid in enumerate(field_ids):
+            values[i].fieldId = fid
+            if fid == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and g.recovery_action is not None:
+                values[i].nvmlReturn = pynvml.NVML_SUCCESS
+                values[i].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                values[i].value.uiVal = g.recovery_action
+            else:
+                values[i].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, info_ref: Any) -> int:
+        """As pynvml's: fills the c_nvmlGpuFabricInfo_t the caller passes by reference."""
+        fabric = self._gpu(handle, "nvmlDeviceGetGpuFabricInfo").fabric
+        info = info_ref._obj
+        assert isinstance(info, pynvml.c_nvmlGpuFabricInfo_t)
+        if fabric is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        info.state, info.status = fabric
+        return int(pynvml.NVML_SUCCESS)
+
+    def _pcie(self, handle: Any, part: int) -> int:
+        pcie = self._gpu(handle).pcie
+        if pcie is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return pcie[part]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        return self._pcie(handle, 0)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        return self._pcie(handle, 1)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        return self._pcie(handle, 2)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        return self._pcie(handle, 3)
+
+    def _link(self, handle: Any, link: int) -> bool:
+        links = self._gpu(handle).nvlinks
+        if links is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if link >= len(links):
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        return pynvml.NVML_FEATURE_ENABLED if self._link(handle, link) else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
+        self._link(handle, link)
+        return self._gpu(handle).nvlink_errors.get(counter, 0)
+
+    def nvmlDeviceGetViolationStatus(self, handle: Any, policy: int) -> Any:
+        g = self._gpu(handle, "nvmlDeviceGetViolationStatus")
+        return pynvml.c_nvmlViolationTime_t(referenceTime=1_000_000_000_000,
+                                            violationTime=g.violations_ns.get(policy, 0))
+
+    def nvmlEventSetCreate(self) -> Any:
+        if self.events_error is not None:
+            raise _error(self.events_error)
+        return pynvml.c_nvmlEventSet_t()
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None:
+        assert event_types == pynvml.nvmlEventTypeXidCriticalError
+        assert isinstance(event_set, pynvml.c_nvmlEventSet_t)
+        self._gpu(handle)
+
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any:
+        self.waits.append(timeout_ms)
+        if not self.events:
+            raise _error(pynvml.NVML_ERROR_TIMEOUT)
+        index, xid = self.events.pop(0)
+        return pynvml.c_nvmlEventData_t(device=self._handle(index), eventType=pynvml.nvmlEventTypeXidCriticalError,
+                                        eventData=xid, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+
+    def nvmlEventSetFree(self, event_set: Any) -> None:
+        self.calls.append("event-free")

@@ -26,7 +26,7 @@ def test_status_on_an_empty_state_shows_the_fleet_and_says_the_state_is_empty(tm
     assert r.exit_code == 0, r.stderr
     view = json.loads(r.stdout)
     assert view["serial"] == 0 and view["replicas"]["total"] == 0
-    assert {c["gpu_class"] for c in view["capacity"]} == {"A100-40GB", "H100-80GB", "L40S-48GB"}
+    assert {c["gpu_class"] for c in view["capacity"]} == {"A100-40GB", "H100-80GB", "H200-141GB", "L40S-48GB"}
     assert [u["model"] for u in view["unplaceable"]] == ["grok-1", "llama-3.1-405b", "llama-4-maverick"]
     assert any("the state is empty (serial 0" in n for n in view["notes"])
     assert any("theirs" in n and "refusing to plan" in n and "llmgw state import" in n for n in view["notes"])

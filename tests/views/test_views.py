@@ -76,7 +76,7 @@ def test_free_whole_nodes_per_fabric(data: SiteData) -> None:
 def test_counts_and_unplaceable(data: SiteData) -> None:
     view = status_view(data, Runtime.unknown(), NOW)
     # a recorded site has no clock: stale a100-node-03 is neither unreachable nor lost there
-    assert view["nodes"] == {"total": 18, "ready": 16, "cordoned": 1, "draining": 1, "stale": ["a100-node-03"],
+    assert view["nodes"] == {"total": 20, "ready": 18, "cordoned": 1, "draining": 1, "stale": ["a100-node-03"],
                              "no_facts": ["new-01"], "unreachable": [], "lost": []}
     assert view["replicas"] == {"total": 4, "ready": 3, "starting": 1, "draining": 0, "with_errors": 0}
     assert view["models"] == {"total": 7, "ready": 2, "starting": 1, "not placed": 3, "not moved": 0, "stopped": 0,
@@ -189,7 +189,7 @@ def test_units_gone_from_a_host_are_errors(tmp_path: Path) -> None:
 
 def test_nodes_and_node_detail(data: SiteData) -> None:
     nodes = {n["node"]: n for n in nodes_view(data)["nodes"]}
-    assert len(nodes) == 18
+    assert len(nodes) == 20
     assert nodes["gpu-node-06"]["gpus"] == {"total": 8, "healthy": 7, "used": 4, "free": 3}
     assert nodes["new-01"]["gpus"] is None and nodes["new-01"]["last_seen"] is None
     assert nodes["l40s-01"]["fabrics"] is None or nodes["l40s-01"]["fabrics"] == []

@@ -40,7 +40,7 @@ def stays(root: Path) -> str:
     assert deadline is not None
     return (f"node l40s-01 is draining; it stays until a replacement fits, at most until the drain deadline "
             f"{format_time(deadline)}; the first plan after it destroys the replica; no node takes a replacement: "
-            "does not match node_selector role=coding (has role=general) (15 of 18 nodes)")
+            "does not match node_selector role=coding (has role=general) (17 of 20 nodes)")
 
 
 def test_status_says_the_drain_keeps_the_replica_not_that_the_model_cannot_be_placed(

@@ -52,7 +52,7 @@ def test_status_json(site: Path, closed_port: int) -> None:
     view = json.loads(r.stdout)
     assert [u["model"] for u in view["unplaceable"]] == ["grok-1", "llama-3.1-405b", "llama-4-maverick"]
     assert {c["gpu_class"]: c["unhealthy"] for c in view["capacity"]} == {"A100-40GB": 0, "H100-80GB": 2,
-                                                                          "L40S-48GB": 0}
+                                                                          "H200-141GB": 2, "L40S-48GB": 0}
     assert view["idle"] is None
     assert any(f"127.0.0.1:{closed_port} did not answer" in n for n in view["notes"])
 

@@ -17,7 +17,18 @@ description:
     keep a GPU out of placement, each as a sentence.
   - "Health problems reported: the GPU is lost or inaccessible; uncorrectable (volatile)
     ECC errors; retired pages pending; a row-remapping failure or pending remap; thermal
-    (hardware or software) or power-brake throttling active now."
+    (hardware or software) or power-brake throttling active now; a recovery action NVML
+    asks for (reset, reboot, drain); on NVSwitch systems, a GPU that has not joined the
+    fabric (nvidia-fabricmanager down); a PCIe link narrower than it can be; an NVLink down
+    while others are up; and fatal Xid errors since boot (48, 61, 62, 64, 74, 79, 94, 95,
+    119, 120, 140, 154) from the kernel log (journalctl -k, else dmesg) and NVML's events,
+    each with its number, meaning and time, mapped to the GPU by PCI address."
+  - Notes (the GPU stays placeable) - application Xids (13, 31, 43...), NVLink error
+    counters, time held back by the thermal or power limit, a PCIe generation below its
+    maximum (normal while idle).
+  - Unknown - a health check that could not be read (the kernel log unreadable, an NVML
+    query failing other than as not supported) is listed in C(unknown); llmgw does not
+    place on such a GPU unless the host sets C(llmgw_gpu_health_unknown=allow).
   - A host without the NVIDIA driver, without the NVML library or without nvidia-ml-py
     reports I(no GPUs known) with the reason in C(llmgw_gpus_unknown_reason). The module
     never fails for that; unknown is not the same as none.
@@ -30,7 +41,13 @@ author:
 requirements:
   - nvidia-ml-py (import name C(pynvml)) on the managed host, and the NVIDIA driver. The
     playbook C(playbooks/facts.yml) installs nvidia-ml-py when C(llmgw_install_nvml) is true.
-options: {}
+options:
+  event_wait_ms:
+    description:
+      - How long to listen for NVML's critical-Xid events, in milliseconds, besides reading
+        the kernel log; 0 does not listen.
+    type: int
+    default: 200
 extends_documentation_fragment:
   - llmgw.cluster.facts
 notes:
@@ -69,7 +86,11 @@ ansible_facts:
           gpu_class: H100-80GB
           memory_total_mb: 81559
           memory_used_mb: 512
+          pci_bus_id: "0000:1b:00.0"
+          vbios: 96.00.89.00.01
           problems: []
+          notes: []
+          unknown: []
       contains:
         index: {description: NVML index., type: int}
         uuid: {description: NVML UUID (C(unknown-N) when the GPU is lost)., type: str}
@@ -77,7 +98,22 @@ ansible_facts:
         gpu_class: {description: Placement class, MODEL-NNGB., type: str}
         memory_total_mb: {description: Memory in MiB; null when not known., type: int}
         memory_used_mb: {description: Memory in use in MiB; null when not known., type: int}
+        pci_bus_id: {description: PCI address as sysfs spells it; null when not known., type: str}
+        vbios: {description: The GPU's VBIOS version; null when not known., type: str}
         problems: {description: Each problem as a sentence; empty when healthy., type: list, elements: str}
+        notes: {description: Findings that do not keep the GPU out, as sentences., type: list, elements: str}
+        unknown: {description: Health checks that could not be read, as sentences., type: list, elements: str}
+    llmgw_gpu_host:
+      description: The NVIDIA stack as this host runs it, and host-wide notes.
+      returned: always
+      type: dict
+      sample: {driver_version: "570.133.20", cuda_version: "12.8", kernel_log: journalctl, notes: []}
+      contains:
+        driver_version: {description: The NVIDIA driver's version; null when not known., type: str}
+        cuda_version: {description: The newest CUDA the driver supports; null when not known., type: str}
+        kernel_log: {description: Where Xid errors were read (journalctl or dmesg); null when unreadable., type: str}
+        notes: {description: Host-wide notes (Xids at addresses NVML does not list, events unavailable)., type: list,
+                elements: str}
     llmgw_gpus_unknown_reason:
       description: Why C(llmgw_gpus) is null (no driver, no library, nvidia-ml-py missing).
       returned: always
@@ -87,22 +123,28 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmgw.cluster.plugins.module_utils.gpu import collect_gpus, load_nvml
+from ansible_collections.llmgw.cluster.plugins.module_utils.gpu import collect, load_nvml
+from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import run_command
+
+ARGUMENT_SPEC = {"event_wait_ms": {"type": "int", "default": 200}}
 
 
 def build_module() -> AnsibleModule:
-    return AnsibleModule(argument_spec={}, supports_check_mode=True)
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
-def gpu_facts(nvml: object) -> dict:
-    """The facts for an NVML handle (pynvml, a substitute in tests, or None when missing)."""
-    gpus, reason = collect_gpus(nvml)
-    return {"llmgw_gpus": gpus, "llmgw_gpus_unknown_reason": reason}
+def gpu_facts(nvml: object, run=None, event_wait_ms: int = 0) -> dict:
+    """The facts for an NVML handle (pynvml, a substitute in tests, or None when missing);
+    `run` reads the kernel log (argv -> rc, out, err; None: not read)."""
+    found = collect(nvml, run, event_wait_ms)
+    return {"llmgw_gpus": found["gpus"], "llmgw_gpus_unknown_reason": found["reason"],
+            "llmgw_gpu_host": found["host"]}
 
 
 def main() -> None:
     module = build_module()
-    module.exit_json(changed=False, ansible_facts=gpu_facts(load_nvml()))
+    wait = max(0, min(int(module.params["event_wait_ms"]), 10000))
+    module.exit_json(changed=False, ansible_facts=gpu_facts(load_nvml(), run_command, wait))
 
 
 if __name__ == "__main__":
