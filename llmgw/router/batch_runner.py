@@ -36,10 +36,10 @@ import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from llmgw.router.asgi import Message, Scope
+from llmgw.router.batch_files import FileDir
 from llmgw.router.calls import Call
 from llmgw.router.endpoints import match
 from llmgw.router.principal import Principal
@@ -138,34 +138,6 @@ def retry_wait(status: int, headers: dict[str, str], body: Any) -> float | None:
     except ValueError:
         wait = 1.0
     return min(max(wait, 0.1), _MAX_RETRY_WAIT)
-
-
-class FileDir:
-    """File bytes on disk, one file per id (never a name a client chose)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def path(self, file_id: str) -> Path:
-        return self.root / file_id
-
-    def ensure(self) -> None:
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-
-    def write(self, file_id: str, lines: list[str]) -> int:
-        """Write a whole file (temporary name, then renamed), returning its size."""
-        self.ensure()
-        tmp = self.root / f".{file_id}.tmp"
-        data = "".join(ln + "\n" for ln in lines).encode()
-        with open(tmp, "wb") as f:
-            f.write(data)
-        tmp.replace(self.root / file_id)
-        return len(data)
-
-    def read(self, file_id: str, start: int, length: int) -> bytes:
-        with open(self.root / file_id, "rb") as f:
-            f.seek(start)
-            return f.read(length)
 
 
 class BatchRunner:
@@ -281,11 +253,15 @@ class BatchRunner:
                     continue
                 for t in todo:
                     assert principal is not None
+                    # The router's slot first: a line is marked started only when it is sent at once.
+                    await self.slots.acquire()
                     if not await asyncio.to_thread(store.start, batch.id, t.line, me, time.time()):
+                        self.slots.release()
                         log.warning("batches: %s: cannot mark line %d started (lease lost or batch stopped)",
                                     batch.id, t.line)
                         break
                     task = asyncio.create_task(self._send(batch, principal, t))
+                    task.add_done_callback(lambda _: self.slots.release())
                     inflight.add(task)
                     task.add_done_callback(inflight.discard)
                 if not todo and not inflight and await asyncio.to_thread(store.pending_count, batch.id) == 0:
@@ -304,9 +280,7 @@ class BatchRunner:
         try:
             raw = await asyncio.to_thread(self.files.read, batch.input_file_id, t.start, t.length)
             body = json.loads(raw)["body"]
-            async with self.slots:
-                status, headers, answer = await self.dispatch(principal, batch.endpoint,
-                                                              json.dumps(body).encode())
+            status, headers, answer = await self.dispatch(principal, batch.endpoint, json.dumps(body).encode())
         except asyncio.CancelledError:
             raise  # stopping: the line stays `started`, and the next holder marks it failed
         except Exception as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import mmap
 import os
 import re
@@ -33,28 +34,31 @@ from urllib.parse import parse_qs
 
 from llmgw.errors import StoreError
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
-from llmgw.router.batch_runner import BatchRunner, Dispatch, FileDir
+from llmgw.router.batch_files import (
+    ENDPOINTS,
+    FORM_SLACK,
+    MAX_FILE_BYTES,
+    FileDir,
+    bad,
+    form_parts,
+    scan_lines,
+)
+from llmgw.router.batch_runner import BatchRunner, Dispatch
 from llmgw.router.bodies import header, multipart_boundary, read_body
 from llmgw.router.openai_errors import RouterError, send_error
 from llmgw.router.principal import Principal
 from llmgw.router.settings import RouterSettings
 from llmgw.router.table import RoutingTable
 from llmgw.store import Store
-from llmgw.store.batches import BatchLine, BatchRecord, BatchStore, FileRecord
+from llmgw.store.batches import BatchConflict, BatchLine, BatchRecord, BatchStore, FileRecord
+
+log = logging.getLogger("llmgw.router")
 
 PREFIXES = ("/v1/files", "/v1/batches")
-# OpenAI's limits for a batch input file.
-MAX_FILE_BYTES = 200 * 1024 * 1024
-MAX_REQUESTS = 50_000
-_FORM_SLACK = 64 * 1024  # the multipart form's own bytes around the file
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 WINDOW = "24h"
 WINDOW_SECONDS = 24 * 3600
 _FILE_ID = re.compile(r"^file-[A-Za-z0-9]{1,64}$")
 _BATCH_ID = re.compile(r"^batch_[A-Za-z0-9]{1,64}$")
-_DISPOSITION = re.compile(rb'(?i)content-disposition:[^\r\n]*')
-_PARAM = re.compile(rb'(?i);\s*(name|filename)="([^"\r\n]*)"')
-_CUSTOM_ID_MAX = 512
 
 
 def owner_of(principal: Principal) -> str:
@@ -86,94 +90,6 @@ def _page(data: list[dict[str, Any]], more: bool) -> dict[str, Any]:
             "last_id": data[-1]["id"] if data else None, "has_more": more}
 
 
-def _bad(message: str, param: str | None = None) -> RouterError:
-    return RouterError(400, message, code="invalid_request", param=param)
-
-
-# -- reading an upload --------------------------------------------------------------------
-def _parts(buf: mmap.mmap, boundary: bytes) -> dict[str, tuple[int, int, str | None]]:
-    """The form's fields: name -> (start, end, filename), from the whole body on disk."""
-    delim = b"--" + boundary
-    out: dict[str, tuple[int, int, str | None]] = {}
-    pos = buf.find(delim)
-    if pos < 0:
-        raise _bad("the multipart body has no part with its boundary")
-    while True:
-        pos += len(delim)
-        if buf[pos:pos + 2] == b"--":
-            return out
-        head_end = buf.find(b"\r\n\r\n", pos)
-        if head_end < 0:
-            raise _bad("a multipart part has no end to its headers")
-        head = buf[pos:head_end]
-        end = buf.find(b"\r\n" + delim, head_end + 4)
-        if end < 0:
-            raise _bad("the multipart body ends before its closing boundary")
-        disposition = _DISPOSITION.search(head)
-        params = {k.lower(): v for k, v in _PARAM.findall(disposition.group(0))} if disposition else {}
-        name = params.get(b"name")
-        if name is not None:
-            filename = params.get(b"filename")
-            out[name.decode("utf-8", "replace")] = (head_end + 4, end,
-                                                     None if filename is None else filename.decode("utf-8", "replace"))
-        pos = end + 2
-
-
-def scan_lines(data: bytes | mmap.mmap, start: int, end: int, models: Callable[[str], bool],
-               endpoint: str | None = None) -> list[BatchLine]:
-    """Check a batch input file's lines (see the module's doc); their places in the file.
-    `endpoint`: every line's url must be this one (a batch's)."""
-    lines: list[BatchLine] = []
-    seen: dict[str, int] = {}
-    pos, number = start, 0
-    while pos < end:
-        nl = data.find(b"\n", pos, end)
-        stop = end if nl < 0 else nl
-        number += 1
-        where = f"line {number}"
-        raw = bytes(data[pos:stop]).rstrip(b"\r")
-        if not raw.strip():
-            raise _bad(f"{where} is empty: every line must be one request (a JSON object)")
-        if number > MAX_REQUESTS:
-            raise _bad(f"the file has more than {MAX_REQUESTS} requests, the most one batch may hold; split it")
-        try:
-            req = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise _bad(f"{where} is not valid JSON") from None
-        if not isinstance(req, dict):
-            raise _bad(f"{where} must be a JSON object with custom_id, method, url and body")
-        cid = req.get("custom_id")
-        if not isinstance(cid, str) or not cid or len(cid) > _CUSTOM_ID_MAX:
-            raise _bad(f"{where}: `custom_id` must be a non-empty string of at most {_CUSTOM_ID_MAX} characters")
-        if cid in seen:
-            raise _bad(f"{where}: custom_id {cid[:80]!r} is used on line {seen[cid]} too; each request needs "
-                       "its own")
-        seen[cid] = number
-        if req.get("method") != "POST":
-            raise _bad(f"{where}: `method` must be \"POST\"")
-        url = req.get("url")
-        if url not in ENDPOINTS:
-            raise _bad(f"{where}: `url` must be one of {', '.join(ENDPOINTS)}, not {json.dumps(url)[:80]}")
-        if endpoint is not None and url != endpoint:
-            raise _bad(f"{where}: `url` is {url} but the batch's endpoint is {endpoint}; every request of a batch "
-                       "goes to its endpoint", param="endpoint")
-        body = req.get("body")
-        if not isinstance(body, dict):
-            raise _bad(f"{where}: `body` must be a JSON object, the request as the endpoint takes it")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise _bad(f"{where}: the body names no `model`")
-        if not models(model):
-            raise _bad(f"{where}: the model `{model[:100]}` does not exist or you do not have access to it")
-        if body.get("stream") is True:
-            raise _bad(f"{where}: a batch request cannot be streamed; drop `stream`")
-        lines.append(BatchLine(number, cid, pos, stop - pos))
-        pos = stop + 1
-    if not lines:
-        raise _bad("the file holds no requests")
-    return lines
-
-
 class BatchService:
     """The Files and Batch API endpoints, and the runner that runs this router's share of batches."""
 
@@ -198,9 +114,13 @@ class BatchService:
             return
         except ClientGone:
             return
+        except BatchConflict as err:
+            await send_error(send, bad(str(err) + (f" ({err.hint})" if err.hint else "")))
+            return
         except StoreError as err:
-            await send_error(send, RouterError(400 if err.hint else 503, str(err) + (f" ({err.hint})" if err.hint
-                                                                                    else "")))
+            log.warning("batches: the store failed: %s", err)
+            await send_error(send, RouterError(503, "the router cannot reach its store right now; try again shortly",
+                                               code="store_unavailable", headers={"Retry-After": "5"}))
             return
         if body is None:
             return  # streamed already
@@ -264,7 +184,7 @@ class BatchService:
     def _limit(query: dict[str, str], default: int, top: int) -> int:
         text = query.get("limit", str(default))
         if not text.isdigit() or not 1 <= int(text) <= top:
-            raise _bad(f"`limit` must be an integer from 1 to {top}", param="limit")
+            raise bad(f"`limit` must be an integer from 1 to {top}", param="limit")
         return int(text)
 
     # -- files ---------------------------------------------------------------------------
@@ -278,7 +198,7 @@ class BatchService:
         limit = self._limit(query, 10000, 10000)
         order = query.get("order", "desc")
         if order not in ("asc", "desc"):
-            raise _bad("`order` must be asc or desc", param="order")
+            raise bad("`order` must be asc or desc", param="order")
         found = await asyncio.to_thread(self.store.list_files, owner, purpose=query.get("purpose"),
                                         after=query.get("after"), limit=limit + 1, descending=order == "desc")
         return _page([file_object(f) for f in found[:limit]], len(found) > limit)
@@ -303,9 +223,9 @@ class BatchService:
     async def _upload(self, scope: Scope, receive: Receive, owner: str) -> dict[str, Any]:
         ctype = header(scope, b"content-type")
         if not ctype or not ctype.lower().startswith("multipart/form-data"):
-            raise _bad("POST /v1/files takes a multipart/form-data body with `purpose` and `file`")
+            raise bad("POST /v1/files takes a multipart/form-data body with `purpose` and `file`")
         boundary = multipart_boundary(ctype)
-        limit = MAX_FILE_BYTES + _FORM_SLACK
+        limit = MAX_FILE_BYTES + FORM_SLACK
         self.files.ensure()
         tmp = self.files.root / f".upload-{secrets.token_hex(8)}"
         try:
@@ -344,19 +264,19 @@ class BatchService:
         """Check the spooled form and keep its file as `file_id` (in a worker thread)."""
         with open(tmp, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
-                raise _bad("the upload is empty")
+                raise bad("the upload is empty")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                fields = _parts(buf, boundary)
+                fields = form_parts(buf, boundary)
                 purpose = fields.get("purpose")
                 if purpose is None:
-                    raise _bad("the form has no `purpose` field", param="purpose")
+                    raise bad("the form has no `purpose` field", param="purpose")
                 purpose_text = bytes(buf[purpose[0]:purpose[1]]).decode("utf-8", "replace").strip()
                 if purpose_text != "batch":
-                    raise _bad(f"this router keeps files for the Batch API only: `purpose` must be \"batch\", not "
+                    raise bad(f"this router keeps files for the Batch API only: `purpose` must be \"batch\", not "
                                f"{purpose_text[:40]!r}", param="purpose")
                 part = fields.get("file")
                 if part is None:
-                    raise _bad("the form has no `file` field", param="file")
+                    raise bad("the form has no `file` field", param="file")
                 start, end, filename = part
                 if end - start > MAX_FILE_BYTES:
                     raise RouterError(413, f"the file is {end - start} bytes; a batch file may be at most "
@@ -380,27 +300,27 @@ class BatchService:
         try:
             req = json.loads(raw)
         except (ValueError, RecursionError):
-            raise _bad("the request body is not valid JSON") from None
+            raise bad("the request body is not valid JSON") from None
         if not isinstance(req, dict):
-            raise _bad("the request body must be a JSON object")
+            raise bad("the request body must be a JSON object")
         endpoint = req.get("endpoint")
         if endpoint not in ENDPOINTS:
-            raise _bad(f"`endpoint` must be one of {', '.join(ENDPOINTS)}", param="endpoint")
+            raise bad(f"`endpoint` must be one of {', '.join(ENDPOINTS)}", param="endpoint")
         if req.get("completion_window") != WINDOW:
-            raise _bad(f"`completion_window` must be \"{WINDOW}\"", param="completion_window")
+            raise bad(f"`completion_window` must be \"{WINDOW}\"", param="completion_window")
         metadata = req.get("metadata")
         if metadata is not None and not (
                 isinstance(metadata, dict) and len(metadata) <= 16
                 and all(isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
                         for k, v in metadata.items())):
-            raise _bad("`metadata` must be at most 16 pairs of strings (keys up to 64 characters, values up to "
+            raise bad("`metadata` must be at most 16 pairs of strings (keys up to 64 characters, values up to "
                        "512)", param="metadata")
         file_id = req.get("input_file_id")
         if not isinstance(file_id, str):
-            raise _bad("`input_file_id` must be the id of a file uploaded with purpose batch", param="input_file_id")
+            raise bad("`input_file_id` must be the id of a file uploaded with purpose batch", param="input_file_id")
         record = await self._file(owner, file_id)
         if record.purpose != "batch":
-            raise _bad(f"file {file_id} has purpose {record.purpose!r}; a batch reads a file uploaded with purpose "
+            raise bad(f"file {file_id} has purpose {record.purpose!r}; a batch reads a file uploaded with purpose "
                        "\"batch\"", param="input_file_id")
         lines, models = await asyncio.to_thread(self._scan_file, record.id, endpoint)
         now = int(time.time())

@@ -17,6 +17,9 @@ What makes a batch safe across routers and restarts:
 
 Owners are `group:NAME` for a key in a group and `key:ID` for a key in none: every key of
 a group sees its group's files and batches, and no one else's.
+
+Why long: the queries of three tables that change together (a request's end and its
+batch's counts, a batch's end and its files), each in its one transaction, side by side.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ from typing import Any
 
 from llmgw.errors import StoreError
 from llmgw.store.sql import SqlStore, _Cursor
+
+
+class BatchConflict(StoreError):
+    """A request the records refuse (deleting a file a batch reads, cancelling an ended
+    batch): the client's to change, not the store failing."""
+
 
 # A batch still to be run (or finished off) by whichever router holds its lease.
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
@@ -156,7 +165,7 @@ class BatchStore:
                          "ORDER BY id LIMIT 1", (file_id, *ACTIVE))
             row = cur.fetchone()
             if row is not None:
-                raise StoreError(f"file {file_id} is the input of batch {row[0]}, which has not ended",
+                raise BatchConflict(f"file {file_id} is the input of batch {row[0]}, which has not ended",
                                  hint=f"cancel it first: POST /v1/batches/{row[0]}/cancel")
             self._x(cur, "DELETE FROM llmgw_files WHERE id = ? AND owner = ?", (file_id, owner))
             return bool(cur.rowcount)
@@ -217,7 +226,7 @@ class BatchStore:
             if row is None:
                 return None
             if row[0] in ENDED or row[0] == "finalizing":
-                raise StoreError(f"cannot cancel batch {batch_id}: its status is {row[0]!r}")
+                raise BatchConflict(f"cannot cancel batch {batch_id}: its status is {row[0]!r}")
             if row[0] != "cancelling":
                 self._x(cur, "UPDATE llmgw_batches SET status = 'cancelling', cancelling_at = ? WHERE id = ?",
                         (now, batch_id))
