@@ -12,9 +12,12 @@ import io
 import json
 import os
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -357,3 +360,41 @@ def test_a_router_killed_mid_batch_resumes_without_sending_anything_twice(
     assert len(errors) == in_flight
     assert {x["error"]["code"] for x in errors} == {"request_interrupted"}
     assert all(x["response"] is None for x in errors)
+
+
+def test_limits_and_expiry(state: StateFile, start_router: Callable[..., RunningRouter], sqlite_store: Store) -> None:
+    """OpenAI's limits (50,000 requests, 200 MB) refused with the limit named; a batch past
+    its completion window ends `expired`, what was never sent in its error file."""
+    state.write([model("tiny")], [replica("tiny-0", "tiny", f"http://127.0.0.1:{free_port()}")])
+    _, key = sqlite_store.create_key("k")
+    router = start_router(state.path, settings=BATCH_FAST)
+    client = router.client(key, timeout=120)
+    line = b'{"custom_id":"%d","method":"POST","url":"/v1/embeddings","body":{"model":"tiny","input":"x"}}\n'
+    with pytest.raises(openai.BadRequestError, match="more than 50000 requests"):
+        _upload(client, b"".join(line % i for i in range(50_001)))
+    # 300 MB declared: refused before a byte of it is read.
+    with socket.create_connection(("127.0.0.1", router.server.addresses["client"][1]), timeout=30) as sock:
+        sock.sendall(b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key.encode()
+                     + b"\r\nContent-Type: multipart/form-data; boundary=x\r\nContent-Length: 314572800\r\n\r\n")
+        answer = b""
+        while b"}}" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413") and b"209715200 bytes" in answer, answer
+
+    batch = client.batches.create(input_file_id=_upload(client, _jsonl(3)).id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    assert batch.expires_at == batch.created_at + 24 * 3600
+    wait_until(lambda: client.batches.retrieve(batch.id).status == "in_progress", 10, "the batch to start")
+    # Its window ends now (as 24 hours would): the requests nobody could answer are not sent.
+    db = sqlite3.connect(str(sqlite_store.path))  # type: ignore[attr-defined]
+    with db:
+        db.execute("UPDATE llmgw_batches SET expires_at = ? WHERE id = ?", (int(time.time()) - 1, batch.id))
+    db.close()
+    ended = wait_until(lambda: (b := client.batches.retrieve(batch.id)).status == "expired" and b, 30, "expiry")
+    assert ended.expired_at is not None and ended.output_file_id is None
+    assert ended.request_counts is not None and ended.request_counts.failed == 3
+    errors = _lines(client, ended.error_file_id)
+    assert sorted(x["custom_id"] for x in errors) == ["req-0", "req-1", "req-2"]
+    assert {x["error"]["code"] for x in errors} == {"batch_expired"}

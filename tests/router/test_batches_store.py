@@ -26,7 +26,8 @@ def bstore(request: pytest.FixtureRequest) -> Iterator[BatchStore]:
         store.close()
 
 
-def _batch(bid: str, owner: str = "group:a", *, created: int = 1000, lines: int = 3) -> tuple[BatchRecord, list[BatchLine]]:
+def _batch(bid: str, owner: str = "group:a", *, created: int = 1000,
+           lines: int = 3) -> tuple[BatchRecord, list[BatchLine]]:
     b = BatchRecord(bid, owner, "key1", "/v1/chat/completions", "tiny", "file-in", "24h", "validating", created,
                     created + 86400, metadata={"job": "x"})
     return b, [BatchLine(i + 1, f"c{i + 1}", i * 10, 9) for i in range(lines)]
