@@ -225,7 +225,8 @@ class BatchRunner:
             await asyncio.to_thread(store.finish, batch.id,
                                     [(o.line, False, error_line(o.custom_id, *ORPHANED), 0, 0) for o in orphans])
         if batch.status == "validating":
-            await asyncio.to_thread(store.set_status, batch.id, me, "in_progress", int(time.time()))
+            await asyncio.to_thread(store.set_status, batch.id, me, "in_progress", int(time.time()),
+                                    only_from="validating")
         principal = self.principal_of(batch.key_id)
         inflight: set[asyncio.Task[None]] = set()
         ending: str | None = None
@@ -311,7 +312,8 @@ class BatchRunner:
                 (t.line, False, error_line(t.custom_id, "batch_expired", "this request could not be executed "
                                            "before the completion window expired"), 0, 0) for t in left],
                 from_state="pending")
-        await asyncio.to_thread(store.set_status, batch.id, me, "finalizing", now)
+        if status == "completed":  # (a cancelled or expired batch goes straight to its end)
+            await asyncio.to_thread(store.set_status, batch.id, me, "finalizing", now, only_from="in_progress")
         files: list[FileRecord] = []
         ids: dict[str, str | None] = {"done": None, "failed": None}
         for state, name in (("done", "output"), ("failed", "error")):

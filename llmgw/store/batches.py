@@ -269,16 +269,15 @@ class BatchStore:
         self._run(lambda cur: self._x(cur, "UPDATE llmgw_batches SET lease_owner = NULL, lease_expires = NULL "
                                            "WHERE id = ? AND lease_owner = ?", (batch_id, runner)))
 
-    def set_status(self, batch_id: str, runner: str, status: str, now: int, *,
-                   errors: list[dict[str, Any]] | None = None) -> bool:
-        """Move a batch this runner holds to `status`, stamping its time (`<status>_at`)."""
+    def set_status(self, batch_id: str, runner: str, status: str, now: int, *, only_from: str) -> bool:
+        """Move a batch this runner holds from `only_from` to `status`, stamping its time
+        (`<status>_at`); False when it is not in `only_from` (a cancel came first)."""
         stamp = f"{status}_at"
         assert stamp in TIMES, status
 
         def go(cur: _Cursor) -> bool:
-            self._x(cur, f"UPDATE llmgw_batches SET status = ?, {stamp} = COALESCE({stamp}, ?), "
-                         "errors = COALESCE(?, errors) WHERE id = ? AND lease_owner = ?",
-                    (status, now, json.dumps(errors) if errors is not None else None, batch_id, runner))
+            self._x(cur, f"UPDATE llmgw_batches SET status = ?, {stamp} = COALESCE({stamp}, ?) "
+                         "WHERE id = ? AND lease_owner = ? AND status = ?", (status, now, batch_id, runner, only_from))
             return bool(cur.rowcount == 1)
         result: bool = self._run(go)
         return result

@@ -398,3 +398,37 @@ def test_limits_and_expiry(state: StateFile, start_router: Callable[..., Running
     errors = _lines(client, ended.error_file_id)
     assert sorted(x["custom_id"] for x in errors) == ["req-0", "req-1", "req-2"]
     assert {x["error"]["code"] for x in errors} == {"batch_expired"}
+
+
+@pytest.mark.postgres
+@pytest.mark.engine
+def test_two_routers_on_one_postgres_store_run_a_batch_once(
+        tmp_path: Path, engines: Callable[..., Engine], state: StateFile,
+        start_router: Callable[..., RunningRouter], pg_url: str) -> None:
+    e = engines("tiny", parallel=4)
+    stores = [open_store(pg_url), open_store(pg_url)]
+    try:
+        _, key = stores[0].create_key("batcher")
+        # One batch per router at a time: the second batch is the other router's to claim.
+        settings = RouterSettings(**{**BATCH_FAST.__dict__, "batch_dir": str(tmp_path / "shared-files"),
+                                     "batch_max_running": 1})
+        with counting_proxy(e.endpoint) as counted:
+            state.write([model("tiny")], [replica("tiny-0", "tiny", counted.url)])
+            one, two = (start_router(state.path, store=s, settings=settings) for s in stores)
+            client = one.client(key)
+            batches = [client.batches.create(input_file_id=_upload(client, _jsonl(100)).id,
+                                             endpoint="/v1/chat/completions", completion_window="24h")
+                       for _ in range(2)]
+            other = two.client(key)  # the second router answers for the same records
+            for b in batches:
+                wait_until(lambda b=b: other.batches.retrieve(b.id).status == "completed", 120, "the batches")
+            # Two batches of the same 100 prompts: each prompt reached the engine exactly twice.
+            assert counted.seen == Counter({f"Say {i}.": 2 for i in range(100)})
+            for b in batches:
+                out = _lines(other, other.batches.retrieve(b.id).output_file_id)
+                assert sorted(o["custom_id"] for o in out) == sorted(f"req-{i}" for i in range(100))
+            for router in (one, two):  # both took part
+                assert 'llmgw_requests_total{model="tiny",status="200"}' in HTTP.get(router.admin_url + "/metrics").text
+    finally:
+        for s in stores:
+            s.close()

@@ -85,7 +85,8 @@ def test_a_request_starts_once_and_only_under_the_lease(bstore: BatchStore) -> N
     bstore.create_batch(*_batch("batch_1"))
     assert bstore.claim("r1", 2000.0, 30.0) is not None
     assert not bstore.start("batch_1", 1, "r1", 2001.0)  # still validating: nothing is sent
-    assert bstore.set_status("batch_1", "r1", "in_progress", 2001)
+    assert bstore.set_status("batch_1", "r1", "in_progress", 2001, only_from="validating")
+    assert not bstore.set_status("batch_1", "r1", "in_progress", 2001, only_from="validating")
     assert not bstore.start("batch_1", 1, "r2", 2001.0)  # another router's start is refused
     assert bstore.start("batch_1", 1, "r1", 2001.0)
     assert not bstore.start("batch_1", 1, "r1", 2001.0)  # started already
