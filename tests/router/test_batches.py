@@ -334,7 +334,8 @@ def test_a_router_killed_mid_batch_resumes_without_sending_anything_twice(
             CLIENTS.append(client)
             batch = client.batches.create(input_file_id=_upload(client, _jsonl(200)).id,
                                           endpoint="/v1/chat/completions", completion_window="24h")
-            wait_until(lambda: counted.held >= 8, 60, "the batch to be mid-way, 8 requests in flight")
+            # As many in flight at the engine as it has slots (admission sends no more than that).
+            wait_until(lambda: counted.held >= 4, 60, "the batch to be mid-way, requests in flight")
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             in_flight = counted.held
@@ -351,15 +352,22 @@ def test_a_router_killed_mid_batch_resumes_without_sending_anything_twice(
                 proc.kill()
                 proc.wait()
             store.close()
-    # Nothing reached the engine twice; what was in flight at the kill is reported, not resent.
+    # Nothing reached the engine twice. What the killed router had marked started and not
+    # recorded (the requests at the engine, and any it had not sent yet: waiting for a
+    # slot in its admission) is reported as interrupted, never sent again.
     assert counted.seen.most_common(1)[0][1] == 1
-    assert counted.count() == 200
     assert finished.request_counts is not None
-    assert (finished.request_counts.completed, finished.request_counts.failed) == (200 - in_flight, in_flight)
+    failed = finished.request_counts.failed
+    assert in_flight <= failed <= 8  # batch_concurrency: the most a crash can catch
+    assert finished.request_counts.completed == 200 - failed
     assert sorted([o["custom_id"] for o in out + errors]) == sorted(f"req-{i}" for i in range(200))
-    assert len(errors) == in_flight
+    assert len(errors) == failed
     assert {x["error"]["code"] for x in errors} == {"request_interrupted"}
     assert all(x["response"] is None for x in errors)
+    prompt = {f"req-{i}": f"Say {i}." for i in range(200)}
+    assert all(counted.seen[prompt[o["custom_id"]]] == 1 for o in out)  # each answered request: sent once
+    # The interrupted: each sent once (the held ones, any answered but not recorded) or never.
+    assert in_flight <= sum(counted.seen[prompt[x["custom_id"]]] for x in errors) <= failed
 
 
 def test_limits_and_expiry(state: StateFile, start_router: Callable[..., RunningRouter], sqlite_store: Store) -> None:
