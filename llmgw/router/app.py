@@ -135,6 +135,7 @@ class Router:
             self._tasks.append(asyncio.create_task(self.batches.runner.run(), name="llmgw-router-batches"))
 
     async def stop(self) -> None:
+        await self.batches.runner.drain(self.settings.batch_lease_ttl)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -16,6 +16,8 @@ batch is created here) and takes the lease of at most `batch_max_running` of the
    ready, the store briefly down) goes back to pending until its Retry-After; anything
    else the engine answered is recorded: 2xx in the output file, the rest in the error file;
 4. renews the lease every third of `batch_lease_ttl`; a lost lease stops it sending;
+   a router told to stop (SIGTERM) sends nothing more and waits up to `batch_lease_ttl`
+   for what is in flight, so a routine restart interrupts no request;
 5. ends the batch: `completed` when nothing is pending, `cancelled` after a cancel (what
    had not started is not sent), `expired` past its completion window (what had not
    started is an error line `batch_expired`), writing the output and error files.
@@ -154,10 +156,18 @@ class BatchRunner:
         self.slots = asyncio.Semaphore(settings.batch_concurrency)
         self.running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self.stopping = False
 
     def poke(self) -> None:
         """A batch was created or cancelled here: look now, not at the next poll."""
         self._wake.set()
+
+    async def drain(self, timeout: float) -> None:
+        """Stopping (SIGTERM): send nothing more, and give the requests in flight up to
+        `timeout` seconds to be answered and recorded, so a routine restart fails none."""
+        self.stopping = True
+        if self.running:
+            await asyncio.wait(list(self.running.values()), timeout=timeout)
 
     async def run(self) -> None:
         try:
@@ -176,7 +186,7 @@ class BatchRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def claim_more(self) -> None:
-        while len(self.running) < self.settings.batch_max_running:
+        while not self.stopping and len(self.running) < self.settings.batch_max_running:
             batch = await asyncio.to_thread(self.store.claim, self.runner_id, time.time(),
                                             self.settings.batch_lease_ttl, tuple(self.running))
             if batch is None:
@@ -243,7 +253,10 @@ class BatchRunner:
                 ending = "expired"
             elif principal is None:
                 principal = self.principal_of(batch.key_id)
-            if ending is None:
+            if self.stopping:
+                if not inflight:
+                    return  # the lease goes back; the next router carries on from the store
+            elif ending is None:
                 free = self.settings.batch_concurrency - len(inflight)
                 todo = await asyncio.to_thread(store.pending, batch.id, now, free) if free > 0 else []
                 if principal is None and todo:  # the key was revoked (or deleted): nothing can be sent for it

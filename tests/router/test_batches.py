@@ -370,6 +370,50 @@ def test_a_router_killed_mid_batch_resumes_without_sending_anything_twice(
     assert in_flight <= sum(counted.seen[prompt[x["custom_id"]]] for x in errors) <= failed
 
 
+@pytest.mark.engine
+def test_a_router_stopped_mid_batch_finishes_what_it_sent(
+        tmp_path: Path, engines: Callable[..., Engine], state: StateFile) -> None:
+    """SIGTERM (a routine restart): the router sends nothing more, waits for the requests in
+    flight and records them, so the next router finishes the batch with none failed."""
+    e = engines("tiny", parallel=4)
+    store_url = f"sqlite:///{tmp_path}/store.sqlite"
+    store = open_store(store_url)
+    _, key = store.create_key("batcher")
+    port, admin = free_port(), free_port()
+    logfile = tmp_path / "router.log"
+    with counting_proxy(e.endpoint) as counted, logfile.open("wb") as log:
+        state.write([model("tiny")], [replica("tiny-0", "tiny", counted.url)])
+        counted.hold_after = 60
+        counted.gate.clear()
+        proc = _serve(tmp_path, state, store_url, port, admin, log)
+        try:
+            _up(proc, admin, logfile)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0, timeout=60)
+            CLIENTS.append(client)
+            batch = client.batches.create(input_file_id=_upload(client, _jsonl(200)).id,
+                                          endpoint="/v1/chat/completions", completion_window="24h")
+            wait_until(lambda: counted.held >= 4, 60, "the batch to be mid-way, requests in flight")
+            proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: b"Shutting down" in logfile.read_bytes(), 30, "the router to be stopping")
+            counted.hold_after = None
+            counted.gate.set()  # the engine answers what it holds: the stopping router records it
+            assert proc.wait(60) == 0
+            sent_before = counted.count()
+            assert 60 < sent_before < 200
+            proc = _serve(tmp_path, state, store_url, port, admin, log)
+            _up(proc, admin, logfile)
+            finished = wait_until(lambda: (b := client.batches.retrieve(batch.id)).status == "completed" and b,
+                                  120, "the restarted router to finish the batch")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            store.close()
+    assert finished.request_counts is not None
+    assert (finished.request_counts.completed, finished.request_counts.failed) == (200, 0)
+    assert counted.seen == Counter({f"Say {i}.": 1 for i in range(200)})
+
+
 def test_limits_and_expiry(state: StateFile, start_router: Callable[..., RunningRouter], sqlite_store: Store) -> None:
     """OpenAI's limits (50,000 requests, 200 MB) refused with the limit named; a batch past
     its completion window ends `expired`, what was never sent in its error file."""
