@@ -33,6 +33,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import AUTH_EXEMPT_PATHS, KeyCache
+from llmgw.router.batch_runner import via_proxy
+from llmgw.router.batches import PREFIXES as BATCH_PREFIXES
+from llmgw.router.batches import BatchService
 from llmgw.router.bodies import read_body
 from llmgw.router.calls import Call
 from llmgw.router.endpoints import match, methods_for, served
@@ -42,6 +45,7 @@ from llmgw.router.landing import landing_page
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import Activator, OnDemand
 from llmgw.router.openai_errors import RouterError, error_payload, send_error
+from llmgw.router.principal import Principal
 from llmgw.router.proxy import Proxy
 from llmgw.router.quotas import Quotas
 from llmgw.router.responses import ResponseAffinity
@@ -107,7 +111,13 @@ class Router:
                            recorder=self.recorder, clock=self.clock, ondemand=self.ondemand, quotas=self.quotas,
                            engine_keys=self.engine_keys)
         self.responses = ResponseAffinity()  # which replica produced each Responses API id
+        self.batches = BatchService(store=store, settings=settings, state_path=state_path, table=lambda: self.table,
+                                    dispatch=via_proxy(self.proxy, self.responses), principal_of=self._active_key)
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _active_key(self, key_id: str) -> Principal | None:
+        """The active key with this id, as authentication would make it (None once revoked)."""
+        return next((p for p in self.keys.by_hash.values() if p.key_id == key_id), None)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -121,8 +131,11 @@ class Router:
                 coro.close()  # the supervisor reports load to the controller once for every worker
                 continue
             self._tasks.append(asyncio.create_task(coro, name=f"llmgw-router-{name}"))
+        if self.shared is None or self.shared.row is not None:  # batches run where requests are served
+            self._tasks.append(asyncio.create_task(self.batches.runner.run(), name="llmgw-router-batches"))
 
     async def stop(self) -> None:
+        await self.batches.runner.drain(self.settings.batch_lease_ttl)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -200,6 +213,9 @@ class ClientApp:
         except RouterError as err:
             router.metrics.reject("auth")
             await send_error(send, err)
+            return
+        if path.startswith(BATCH_PREFIXES):
+            await router.batches.handle(scope, receive, send, principal)
             return
         found = match(scope["method"], path)
         if found is not None:

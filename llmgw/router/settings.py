@@ -96,3 +96,15 @@ class RouterSettings:
     # A reservation whose router never settled it (killed) stops counting after this many
     # seconds; longer than any request lives.
     reservation_ttl: float = 3600.0
+    # -- the Batch API (batches.py, batch_runner.py) ---------------------------------------
+    # Where uploaded files and batch outputs are kept, named by their ids ("": a folder
+    # `llmgw-files` beside the state file). Routers sharing a PostgreSQL store must share it.
+    batch_dir: str = ""
+    # Requests of batches this router sends at once (across its batches), and batches it runs at once.
+    batch_concurrency: int = 8
+    batch_max_running: int = 2
+    # A running batch's lease in the store: renewed every third of this; a router that stops
+    # renewing loses the batch to another after this many seconds.
+    batch_lease_ttl: float = 30.0
+    # How often a router looks for batches to run, and a running batch for a cancel.
+    batch_poll_interval: float = 1.0

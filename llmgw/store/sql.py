@@ -15,6 +15,9 @@ Tables (prefixed `llmgw_` so the store can share a database):
     llmgw_reservations     tokens held by requests in flight (token quotas), until settled
     llmgw_bench_results    one row per `llmgw bench` run: model, profiles, engine version, nodes, figures
     llmgw_check_results    one row per capability per `llmgw check` run (and apply's checks): pass/fail
+    llmgw_files            Batch API files: owner (group or key), purpose, name, size (bytes on disk)
+    llmgw_batches          Batch API batches: status, times, counts, usage, the running router's lease
+    llmgw_batch_requests   one row per input line of a batch: pending/started/done/failed, its result line
 
 Quotas are admitted in the store (`admit`), one transaction per request of a key under
 a limit, serialised per group (PostgreSQL: an advisory lock per limited group, taken in
@@ -51,7 +54,63 @@ from llmgw.store.model import (
 )
 from llmgw.store.urls import postgres_url_problem, redact_url, scrub
 
-SCHEMA_VERSION = 3  # 2: llmgw_reservations; 3: llmgw_bench_results, llmgw_check_results
+SCHEMA_VERSION = 4  # 2: llmgw_reservations; 3: llmgw_bench_results, llmgw_check_results; 4: batches
+
+# The Batch API (llmgw/store/batches.py): files, batches, and each batch's requests.
+# Times are epoch seconds (OpenAI's shape); `lease_*` is the router running the batch.
+_BATCH_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS llmgw_files (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NULL)""",
+    "CREATE INDEX IF NOT EXISTS llmgw_files_owner ON llmgw_files (owner, created_at)",
+    """CREATE TABLE IF NOT EXISTS llmgw_batches (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        model TEXT NULL,
+        input_file_id TEXT NOT NULL,
+        completion_window TEXT NOT NULL,
+        status TEXT NOT NULL,
+        output_file_id TEXT NULL,
+        error_file_id TEXT NULL,
+        errors TEXT NULL,
+        metadata TEXT NULL,
+        created_at BIGINT NOT NULL,
+        in_progress_at BIGINT NULL,
+        expires_at BIGINT NOT NULL,
+        finalizing_at BIGINT NULL,
+        completed_at BIGINT NULL,
+        failed_at BIGINT NULL,
+        expired_at BIGINT NULL,
+        cancelling_at BIGINT NULL,
+        cancelled_at BIGINT NULL,
+        total BIGINT NOT NULL DEFAULT 0,
+        completed BIGINT NOT NULL DEFAULT 0,
+        failed BIGINT NOT NULL DEFAULT 0,
+        input_tokens BIGINT NOT NULL DEFAULT 0,
+        output_tokens BIGINT NOT NULL DEFAULT 0,
+        lease_owner TEXT NULL,
+        lease_expires DOUBLE PRECISION NULL)""",
+    "CREATE INDEX IF NOT EXISTS llmgw_batches_owner ON llmgw_batches (owner, created_at)",
+    "CREATE INDEX IF NOT EXISTS llmgw_batches_status ON llmgw_batches (status)",
+    """CREATE TABLE IF NOT EXISTS llmgw_batch_requests (
+        batch_id TEXT NOT NULL,
+        line BIGINT NOT NULL,
+        custom_id TEXT NOT NULL,
+        start_at BIGINT NOT NULL,
+        length BIGINT NOT NULL,
+        state TEXT NOT NULL,
+        not_before DOUBLE PRECISION NOT NULL DEFAULT 0,
+        result TEXT NULL,
+        PRIMARY KEY (batch_id, line))""",
+    "CREATE INDEX IF NOT EXISTS llmgw_batch_requests_state ON llmgw_batch_requests (batch_id, state, line)",
+]
 
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS llmgw_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -124,6 +183,7 @@ _SCHEMA = [
         created_at TEXT NOT NULL,
         PRIMARY KEY (run_id, capability))""",
     "CREATE INDEX IF NOT EXISTS llmgw_check_results_model ON llmgw_check_results (model, created_at)",
+    *_BATCH_SCHEMA,
 ]
 
 # One group's standing, read in ONE statement so it is one snapshot: a usage flush that
