@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from llmgw.router.admission import Admission
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import AUTH_EXEMPT_PATHS, KeyCache
 from llmgw.router.bodies import read_body
@@ -103,9 +104,13 @@ class Router:
                                  self.watcher.poke)
         self.health = HealthChecker(session, lambda: self.table, settings, self.notify)
         self.quotas = Quotas(store, self.recorder, self.clock, settings)
+        # Each worker admits up to its part of a model's slots (admission.py).
+        self.admission = Admission(settings, lambda: self.table, metrics=self.metrics,
+                                   workers=shared.rows if shared is not None and shared.row is not None else 1,
+                                   index=shared.row if shared is not None and shared.row is not None else 0)
         self.proxy = Proxy(settings=settings, session=session, table=lambda: self.table, metrics=self.metrics,
                            recorder=self.recorder, clock=self.clock, ondemand=self.ondemand, quotas=self.quotas,
-                           engine_keys=self.engine_keys)
+                           engine_keys=self.engine_keys, admission=self.admission)
         self.responses = ResponseAffinity()  # which replica produced each Responses API id
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -96,3 +96,15 @@ class RouterSettings:
     # A reservation whose router never settled it (killed) stops counting after this many
     # seconds; longer than any request lives.
     reservation_ttl: float = 3600.0
+    # -- admission and queueing per model (admission.py, scheduler.py) ---------------------
+    # Requests one replica holds at once; beyond the sum over a model's ready replicas,
+    # requests wait in the router. 0: the slots llmgw starts the engine with where it knows
+    # them (llama.cpp's --parallel, the engine role's default), else no router limit.
+    max_in_flight: int = 0
+    # Requests waiting per model, at most (a newcomer beyond it sheds the newest waiter of a
+    # lower class, or is refused with 429), and how long one waits (then 503).
+    max_queue: int = 1024
+    queue_timeout: float = 60.0
+    # A lower class's oldest waiter goes first once it has waited this many seconds, so a
+    # steady interactive load cannot starve batch work for ever; 0: strict priority.
+    starve_after: float = 0.0
