@@ -1,8 +1,8 @@
 """Admission per model: requests beyond the replicas' slots wait here, not on the engines.
 
 Each ready replica has a concurrency target (`replica_slots`): the router setting
-`max_in_flight` when set, else the slots llmgw starts the engine with where it knows them
-(llama.cpp's `--parallel`), else none (the engine's own queue decides, as before). A model's
+`max_in_flight` when set, else the slots its engine says it runs (slots.py: llama.cpp's
+`--parallel`, from its /props), else none (the engine's own queue decides, as before). A model's
 capacity is the sum over its routable replicas; with several worker processes each worker
 admits up to its part of it (the kernel spreads connections across workers evenly).
 
@@ -30,18 +30,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from llmgw.engines.shard import Layout
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.principal import Tenancy
 from llmgw.router.scheduler import RANK, Scheduler, Ticket
 from llmgw.router.settings import RouterSettings
+from llmgw.router.slots import SlotCounts
 from llmgw.router.table import ReplicaRuntime, RoutingTable
 from llmgw.store.model import PRIORITIES, Priority
-
-# The slots llmgw starts each engine with, where it knows them (engines/llamacpp.py passes
-# `--parallel` from the same Layout default the engine role uses).
-_ENGINE_SLOTS: dict[str, int] = {"llamacpp": Layout().llamacpp_parallel}
 
 # A request's header that asks for a priority class (only as far as its group allows).
 PRIORITY_HEADER = b"x-llmgw-priority"
@@ -50,11 +46,12 @@ _SERVICE_TIERS: dict[str, Priority | None] = {"auto": None, "default": None, "fl
                                                "priority": "interactive", "scale": "interactive"}
 
 
-def replica_slots(replica: ReplicaRuntime, settings: RouterSettings) -> int:
+def replica_slots(replica: ReplicaRuntime, settings: RouterSettings, counts: SlotCounts | None) -> int:
     """How many requests one replica should hold at once; 0: no router limit."""
     if settings.max_in_flight > 0:
         return settings.max_in_flight
-    return _ENGINE_SLOTS.get(replica.record.engine, 0)
+    learnt = counts.slots(replica.id, replica.endpoint) if counts is not None else None
+    return learnt or 0
 
 
 def requested_priority(tenancy: Tenancy, header: bytes | None, service_tier: object) -> Priority:
@@ -99,13 +96,19 @@ class Slot:
         """Seconds spent in the queue."""
         return (self.ticket.started or self.ticket.arrived) - self.ticket.arrived
 
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """What the response tells its client of its wait: milliseconds, and how many
+        requests of the model started while it waited (0: it got the first free slot)."""
+        return [(b"x-llmgw-queue-ms", b"%d" % round(self.waited * 1000)),
+                (b"x-llmgw-queue-passed", b"%d" % self.ticket.ahead)]
+
 
 class Admission:
     """Every model's slots in this process, and the waits for them."""
 
     def __init__(self, settings: RouterSettings, table: Callable[[], RoutingTable], *,
-                 metrics: RouterMetrics | None = None, workers: int = 1, index: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 metrics: RouterMetrics | None = None, slots: SlotCounts | None = None, workers: int = 1,
+                 index: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.table = table
         self.workers = max(1, workers)
@@ -114,6 +117,7 @@ class Admission:
         self.scheduler = Scheduler(max_queue=settings.max_queue,
                                    starve_after=settings.starve_after if settings.starve_after > 0 else None)
         self.metrics = metrics
+        self.slots = slots
         self._waiters: dict[Ticket, asyncio.Future[None]] = {}
 
     def capacity(self, model: str) -> int:
@@ -124,7 +128,7 @@ class Admission:
         # The routable replicas; when every one is ejected, the ready ones the proxy then
         # tries anyway (panic mode); none ready: no limit (on demand starts one, or a 503).
         replicas = entry.routable(time.monotonic()) or [r for r in entry.replicas if r.state == "ready"]
-        slots = [replica_slots(r, self.settings) for r in replicas]
+        slots = [replica_slots(r, self.settings, self.slots) for r in replicas]
         if not slots or 0 in slots:  # a replica without a limit: the engine's queue decides
             return 0
         total = sum(slots)

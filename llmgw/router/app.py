@@ -48,6 +48,7 @@ from llmgw.router.quotas import Quotas
 from llmgw.router.responses import ResponseAffinity
 from llmgw.router.settings import RouterSettings
 from llmgw.router.shared import SharedRuntime, SharedTable
+from llmgw.router.slots import SlotCounts
 from llmgw.router.statewatch import StateWatcher
 from llmgw.router.table import ModelEntry, ReplicaRuntime, RoutingTable
 from llmgw.router.usage import Clock, UsageRecorder, UsageSync
@@ -105,7 +106,8 @@ class Router:
         self.health = HealthChecker(session, lambda: self.table, settings, self.notify)
         self.quotas = Quotas(store, self.recorder, self.clock, settings)
         # Each worker admits up to its part of a model's slots (admission.py).
-        self.admission = Admission(settings, lambda: self.table, metrics=self.metrics,
+        self.slots = SlotCounts(settings, lambda: self.table, self.engine_keys)
+        self.admission = Admission(settings, lambda: self.table, metrics=self.metrics, slots=self.slots,
                                    workers=shared.rows if shared is not None and shared.row is not None else 1,
                                    index=shared.row if shared is not None and shared.row is not None else 0)
         self.proxy = Proxy(settings=settings, session=session, table=lambda: self.table, metrics=self.metrics,
@@ -121,7 +123,8 @@ class Router:
         await self.usage_sync.sync()
         for name, coro in (("state", self.watcher.run()), ("health", self.health.run()),
                            ("keys", self.keys.run()), ("usage", self.usage_sync.run()),
-                           ("idle", self.ondemand.run_reports()), ("watchdog", self.proxy.watchdog())):
+                           ("idle", self.ondemand.run_reports()), ("watchdog", self.proxy.watchdog()),
+                           ("slots", self.slots.run())):
             if name == "idle" and not self.reports_load:
                 coro.close()  # the supervisor reports load to the controller once for every worker
                 continue

@@ -465,6 +465,8 @@ class Proxy:
             headers.append((b"x-accel-buffering", b"no"))
         elif length is not None:
             headers.append((b"content-length", str(length).encode()))
+        if flight.slot is not None:
+            headers += flight.slot.headers()
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         if not sse and length is not None and len(first) == length:
             # The whole body came with the first read (the usual plain completion).

@@ -49,6 +49,8 @@ class Ticket:
     seq: int = 0
     state: TicketState = "waiting"
     started: float | None = None
+    ahead: int = 0  # the model's starts when it arrived; at its own start, how many went first
+
 
     def now_in(self) -> TicketState:
         """The state as it is now (another call may have changed it since it was looked at)."""
@@ -66,6 +68,7 @@ class ModelQueue:
     counters: dict[str, float] = field(default_factory=dict)  # group -> virtual tokens
     holding: dict[str, int] = field(default_factory=dict)  # group -> slots held now
     queued: int = 0
+    starts: int = 0  # requests started since the model was last idle
 
     def waiting_groups(self) -> set[str]:
         return {g for by_group in self.waiting.values() for g in by_group}
@@ -95,6 +98,7 @@ class Scheduler:
         q.capacity = capacity
         self._seq += 1
         ticket.seq = self._seq
+        ticket.ahead = q.starts
         if q.capacity <= 0 or (q.running < q.capacity and q.queued == 0):
             self._start(q, ticket, now)
             return [ticket]
@@ -166,6 +170,8 @@ class Scheduler:
     def _start(self, q: ModelQueue, ticket: Ticket, now: float) -> None:
         ticket.state = "running"
         ticket.started = now
+        ticket.ahead = q.starts - ticket.ahead
+        q.starts += 1
         q.running += 1
         q.holding[ticket.group] = q.holding.get(ticket.group, 0) + 1
         q.counters[ticket.group] = q.counters.get(ticket.group, 0.0) + ticket.cost / ticket.share

@@ -98,8 +98,8 @@ class RouterSettings:
     reservation_ttl: float = 3600.0
     # -- admission and queueing per model (admission.py, scheduler.py) ---------------------
     # Requests one replica holds at once; beyond the sum over a model's ready replicas,
-    # requests wait in the router. 0: the slots llmgw starts the engine with where it knows
-    # them (llama.cpp's --parallel, the engine role's default), else no router limit.
+    # requests wait in the router. 0: the slots the engine says it runs (llama.cpp's
+    # --parallel, from its /props: slots.py), else no router limit.
     max_in_flight: int = 0
     # Requests waiting per model, at most (a newcomer beyond it sheds the newest waiter of a
     # lower class, or is refused with 429), and how long one waits (then 503).

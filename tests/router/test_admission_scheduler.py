@@ -68,6 +68,7 @@ def test_a_light_group_is_served_next_however_many_a_heavy_group_has_queued() ->
     assert light.state == "waiting"
     s.finish_one()
     assert light.state == "running"  # the first free slot, ahead of 16 heavy waiters
+    assert light.ahead == 0  # nobody started while it waited
 
 
 def test_equal_shares_under_8x_load_split_served_tokens_evenly_and_keep_order_inside_a_group() -> None:
@@ -161,7 +162,9 @@ def test_an_interactive_request_waits_for_at_most_one_batch_request() -> None:
     s.finish_one()
     inter = s.arrive(ticket("user"))
     s.finish_one()  # the one batch request already running when it came
-    assert inter.state == "running"
+    assert inter.state == "running" and inter.ahead == 0
+    s.finish_one()
+    assert s.started[-1].ahead == 2  # the next batch request waited while two started (one of them `inter`)
 
 
 def test_the_starvation_bound_lets_a_lower_class_through_after_waiting_long_enough() -> None:
