@@ -30,6 +30,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from llmgw.router.endpoints import Endpoint
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.principal import Tenancy
@@ -38,6 +39,16 @@ from llmgw.router.settings import RouterSettings
 from llmgw.router.slots import SlotCounts
 from llmgw.router.table import ReplicaRuntime, RoutingTable
 from llmgw.store.model import PRIORITIES, Priority
+
+# Endpoints that take none of an engine's slots: the tokenizer, and a stored response's
+# retrieval or cancel (a cancel must never wait behind the queue it would shorten).
+_NO_SLOT = frozenset({"POST /v1/tokenize", "POST /v1/detokenize"})
+
+
+def takes_slot(endpoint: Endpoint) -> bool:
+    """Does a request to `endpoint` occupy one of the engine's slots (so admission counts it)?"""
+    return not endpoint.by_response_id and endpoint.key not in _NO_SLOT
+
 
 # A request's header that asks for a priority class (only as far as its group allows).
 PRIORITY_HEADER = b"x-llmgw-priority"

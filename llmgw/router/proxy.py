@@ -36,6 +36,7 @@ relay, usage, drains); split, each step would pass that state around.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -44,7 +45,7 @@ from typing import Any
 
 import aiohttp
 
-from llmgw.router.admission import PRIORITY_HEADER, Admission, Slot, requested_priority
+from llmgw.router.admission import PRIORITY_HEADER, Admission, Slot, requested_priority, takes_slot
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.bodies import read_body
 from llmgw.router.calls import Call
@@ -281,7 +282,9 @@ class Proxy:
             reservation = await self.quotas.admit(principal, len(body), budget)
             # A slot of the model (admission.py): waits here while its replicas are full. The
             # cost until the engine's count is known: the prompt at about 4 bytes a token.
-            async with self.admission.slot(entry.name, principal.tenancy, priority, len(body) // 4) as slot:
+            held = (self.admission.slot(entry.name, principal.tenancy, priority, len(body) // 4)
+                    if takes_slot(call.endpoint) else contextlib.nullcontext())
+            async with held as slot:
                 flight.slot = slot
                 # Reserved: the engine must stop at the budget, or the limit binds nothing.
                 status = await self._route(table, entry, req, body, path, usage_capable, principal,

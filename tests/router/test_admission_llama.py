@@ -156,6 +156,10 @@ def test_the_openai_client_sees_priority_refusals_and_a_full_queue_as_openai_err
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
     assert full.value.code == "server_overloaded"
     assert full.value.response.headers["retry-after"] == str(settings.retry_after)
+    # The tokenizer takes no slot of the engine: it is answered while the model is full.
+    tok = httpx.post(rr.base_url + "/v1/tokenize", json={"model": "m", "content": "hello"}, timeout=30,
+                     headers={"Authorization": f"Bearer {key}"})
+    assert tok.status_code == 200 and tok.json()["tokens"]
     for t in threads:
         t.join(120)
     assert results == [200, 200]
