@@ -50,6 +50,9 @@ def takes_slot(endpoint: Endpoint) -> bool:
     return not endpoint.by_response_id and endpoint.key not in _NO_SLOT
 
 
+# The error codes of admission's refusals (full queue, wait ran out), as the proxy counts them.
+ADMISSION_CODES = frozenset({"server_overloaded", "queue_timeout"})
+
 # A request's header that asks for a priority class (only as far as its group allows).
 PRIORITY_HEADER = b"x-llmgw-priority"
 # OpenAI's `service_tier` values, as classes: flex is OpenAI's slower, cheaper tier.

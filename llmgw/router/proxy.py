@@ -45,7 +45,14 @@ from typing import Any
 
 import aiohttp
 
-from llmgw.router.admission import PRIORITY_HEADER, Admission, Slot, requested_priority, takes_slot
+from llmgw.router.admission import (
+    ADMISSION_CODES,
+    PRIORITY_HEADER,
+    Admission,
+    Slot,
+    requested_priority,
+    takes_slot,
+)
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.bodies import read_body
 from llmgw.router.calls import Call
@@ -291,7 +298,9 @@ class Proxy:
                                            send, started, flight, budget if reservation is not None else None)
         except RouterError as err:
             status = err.status
-            if err.status == 429:
+            if err.code in ADMISSION_CODES:  # the model's queue was full or the wait ran out
+                self.metrics.reject("admission")
+            elif err.status == 429:
                 self.metrics.reject("quota")
             flight.done = True
             await send_error(send, err)

@@ -241,6 +241,7 @@ def test_a_store_made_before_the_settings_gets_their_columns(tmp_path: Path) -> 
         s.close()
 
 
+@pytest.mark.postgres
 def test_postgres_store_keeps_the_settings(pg_url: str) -> None:
     s = open_store(pg_url)
     try:

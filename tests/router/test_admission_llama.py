@@ -32,6 +32,8 @@ from tests.support.router import FAST, Engine, RunningRouter, StateFile, model, 
 from tests.support.tenant_load import Timed, load, one_request, queue_length, ttft_p50
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.engine
+
 WORDS = 200  # a prompt whose prefill is most of a request: two tokens are generated
 MAX_TOKENS = 2
 
@@ -165,3 +167,4 @@ def test_the_openai_client_sees_priority_refusals_and_a_full_queue_as_openai_err
     assert results == [200, 200]
     text = httpx.get(rr.admin_url + "/metrics", timeout=10).text
     assert 'llmgw_admission_refused_total{group="bulk",model="m",priority="batch",reason="queue_full"} 1.0' in text
+    assert 'llmgw_rejected_requests_total{reason="admission"} 1.0' in text
