@@ -7,8 +7,9 @@ operator may start llama.cpp with any `--parallel` (the engine role's
 Other engines (vLLM, SGLang) report no such number: their replicas have no router limit
 unless the `max_in_flight` setting gives one.
 
-Asked once per replica endpoint (a new endpoint is a new process: asked again), every
-`health_interval` until it answers; an engine that never does keeps no router limit.
+Asked with the health checks (health.py): every `health_interval`, the first one after
+that long, until the engine answers, then once per replica endpoint (a new endpoint is
+a new process: asked again); an engine that never answers keeps no router limit.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class SlotCounts:
         timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout)
         async with aiohttp.ClientSession(timeout=timeout, skip_auto_headers=("User-Agent",)) as session:
             while True:
-                await self.ask_all(session)
                 await asyncio.sleep(self.settings.health_interval)
+                await self.ask_all(session)
 
     async def ask_all(self, session: aiohttp.ClientSession) -> None:
         replicas = self.table().replicas
