@@ -30,6 +30,7 @@ from llmgw.errors import UsageError
 from llmgw.site import SITE_FILE
 from llmgw.store import UNSET, GroupRecord, KeyRecord, Store, Unset, default_store_url, open_store
 from llmgw.store.keys import is_key, new_key
+from llmgw.store.model import PRIORITIES
 from llmgw.store.urls import password_problem, with_password
 
 if TYPE_CHECKING:
@@ -169,6 +170,50 @@ class LimitType(click.ParamType):  # type: ignore[type-arg]
         return n
 
 
+_INHERIT = ("inherit", "none", "-")
+
+
+class InheritType(click.ParamType):  # type: ignore[type-arg]
+    """A group's admission setting (docs/tenants.md): a value, or `inherit` to take the
+    parent's (the default at the top)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # share | priority | yes-no
+        self.name = {"share": "N|inherit", "priority": "|".join((*PRIORITIES, "inherit")),
+                     "yes-no": "yes|no|inherit"}[kind]
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, Unset) or not isinstance(value, str):
+            return value
+        text = value.strip().lower()
+        if text in _INHERIT:
+            return None
+        if self.kind == "priority":
+            if text not in PRIORITIES:
+                self.fail(f"{value!r} is not one of {', '.join(PRIORITIES)} or 'inherit'", param, ctx)
+            return text
+        if self.kind == "yes-no":
+            if text not in ("yes", "no"):
+                self.fail(f"{value!r} is not yes, no or 'inherit'", param, ctx)
+            return text == "yes"
+        try:
+            share = float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a number or 'inherit'", param, ctx)
+        if not 0 < share <= 1e6:  # also refuses nan and inf
+            self.fail(f"{value!r} must be above 0 and at most 1000000 (shares are relative weights)", param, ctx)
+        return share
+
+
+def _inherit_arg(value: Any) -> str:
+    """A setting as `keys group set` reads it back (for the router host's command line)."""
+    if value is None:
+        return "inherit"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
 def key_json(k: KeyRecord) -> dict[str, Any]:
     out: dict[str, Any] = {"id": k.id, "name": k.name, "group": k.group, "prefix": k.prefix,
                            "created_at": k.created_at.isoformat(), "active": k.active}
@@ -179,6 +224,7 @@ def key_json(k: KeyRecord) -> dict[str, Any]:
 
 def group_json(g: GroupRecord) -> dict[str, Any]:
     return {"name": g.name, "parent": g.parent, "rpm": g.rpm, "tokens_per_day": g.tokens_per_day,
+            "share": g.share, "priority": g.priority, "may_choose_priority": g.may_choose_priority,
             "created_at": g.created_at.isoformat()}
 
 
@@ -338,24 +384,41 @@ def _limit_arg(n: int | Unset | None) -> str:
               help="Requests per minute for the whole subtree, or 'unlimited'.")
 @click.option("--tokens-per-day", type=LimitType(), default=UNSET, show_default=False,
               help="Tokens (prompt + completion) per UTC day for the subtree, or 'unlimited'.")
+@click.option("--share", type=InheritType("share"), default=UNSET, show_default=False,
+              help="Weight in fair sharing of a busy model between groups (default 1), or 'inherit'.")
+@click.option("--priority", type=InheritType("priority"), default=UNSET, show_default=False,
+              help="Class its requests queue in when a model is busy (default interactive), or 'inherit'.")
+@click.option("--may-choose-priority", "may_choose", type=InheritType("yes-no"), default=UNSET,
+              show_default=False, help="May its requests ask for a higher class (x-llmgw-priority header, "
+                                       "service_tier) than --priority? Default no; or 'inherit'.")
 @store_option
 @json_option
 @pass_app
 def group_set(app: AppContext, name: str, parent: str | None, no_parent: bool,
-              rpm: int | Unset | None, tokens_per_day: int | Unset | None, store_url: str | None,
-              as_json: bool) -> None:
+              rpm: int | Unset | None, tokens_per_day: int | Unset | None, share: Any, priority: Any,
+              may_choose: Any, store_url: str | None, as_json: bool) -> None:
     """Create group NAME or change it; options not given stay as they are."""
     if parent and no_parent:
         raise click.UsageError("--parent and --no-parent exclude each other")
     new_parent: str | Unset | None = None if no_parent else (parent if parent else UNSET)
     argv = ["group", "set", name, *(["--parent", parent] if parent else []), *(["--no-parent"] if no_parent else []),
             *(["--rpm", _limit_arg(rpm)] if not isinstance(rpm, Unset) else []),
-            *(["--tokens-per-day", _limit_arg(tokens_per_day)] if not isinstance(tokens_per_day, Unset) else [])]
+            *(["--tokens-per-day", _limit_arg(tokens_per_day)] if not isinstance(tokens_per_day, Unset) else []),
+            *[a for flag, v in (("--share", share), ("--priority", priority), ("--may-choose-priority", may_choose))
+              if not isinstance(v, Unset) for a in (flag, _inherit_arg(v))]]
     data, where = act(app, store_url, argv, _here(lambda store: group_json(
-        store.set_group(name, parent=new_parent, rpm=rpm, tokens_per_day=tokens_per_day))))
+        store.set_group(name, parent=new_parent, rpm=rpm, tokens_per_day=tokens_per_day, share=share,
+                        priority=priority, may_choose_priority=may_choose))))
     if not _print(where, as_json, data):
         output.console.print(f"Group {data['name']!r}: parent {data['parent'] or '-'}, {_limit(data['rpm'])} "
-                             f"requests/minute, {_limit(data['tokens_per_day'])} tokens/day.")
+                             f"requests/minute, {_limit(data['tokens_per_day'])} tokens/day, "
+                             f"{_admission_text(data)}.")
+
+
+def _admission_text(g: dict[str, Any]) -> str:
+    choose = g.get("may_choose_priority")
+    return (f"share {_inherit_arg(g.get('share'))}, priority {_inherit_arg(g.get('priority'))}, "
+            f"may choose priority: {_inherit_arg(choose)}")
 
 
 def group_list_json(store: Store) -> dict[str, Any]:
@@ -377,9 +440,11 @@ def group_list(app: AppContext, store_url: str | None, as_json: bool) -> None:
     if not data["groups"]:
         output.console.print("No groups. Create one with `llmgw keys group set NAME --rpm N`.")
         return
-    rows = [[g["name"], g["parent"] or "-", _limit(g["rpm"]), _limit(g["tokens_per_day"]), str(g["keys"])]
-            for g in data["groups"]]
-    output.console.print(output.table(["GROUP", "PARENT", "RPM", "TOKENS/DAY", "KEYS"], rows))
+    rows = [[g["name"], g["parent"] or "-", _limit(g["rpm"]), _limit(g["tokens_per_day"]),
+             _inherit_arg(g.get("share")), _inherit_arg(g.get("priority")), _inherit_arg(g.get("may_choose_priority")),
+             str(g["keys"])] for g in data["groups"]]
+    output.console.print(output.table(["GROUP", "PARENT", "RPM", "TOKENS/DAY", "SHARE", "PRIORITY", "MAY CHOOSE",
+                                       "KEYS"], rows))
 
 
 @group.command("delete")

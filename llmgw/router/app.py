@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from llmgw.router.admission import Admission
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import AUTH_EXEMPT_PATHS, KeyCache
 from llmgw.router.batch_runner import via_proxy
@@ -51,6 +52,7 @@ from llmgw.router.quotas import Quotas
 from llmgw.router.responses import ResponseAffinity
 from llmgw.router.settings import RouterSettings
 from llmgw.router.shared import SharedRuntime, SharedTable
+from llmgw.router.slots import SlotCounts
 from llmgw.router.statewatch import StateWatcher
 from llmgw.router.table import ModelEntry, ReplicaRuntime, RoutingTable
 from llmgw.router.usage import Clock, UsageRecorder, UsageSync
@@ -107,9 +109,14 @@ class Router:
                                  self.watcher.poke)
         self.health = HealthChecker(session, lambda: self.table, settings, self.notify)
         self.quotas = Quotas(store, self.recorder, self.clock, settings)
+        # Each worker admits up to its part of a model's slots (admission.py).
+        self.slots = SlotCounts(settings, lambda: self.table, self.engine_keys)
+        self.admission = Admission(settings, lambda: self.table, metrics=self.metrics, slots=self.slots,
+                                   workers=shared.rows if shared is not None and shared.row is not None else 1,
+                                   index=shared.row if shared is not None and shared.row is not None else 0)
         self.proxy = Proxy(settings=settings, session=session, table=lambda: self.table, metrics=self.metrics,
                            recorder=self.recorder, clock=self.clock, ondemand=self.ondemand, quotas=self.quotas,
-                           engine_keys=self.engine_keys)
+                           engine_keys=self.engine_keys, admission=self.admission)
         self.responses = ResponseAffinity()  # which replica produced each Responses API id
         self.batches = BatchService(store=store, settings=settings, state_path=state_path, table=lambda: self.table,
                                     dispatch=via_proxy(self.proxy, self.responses), principal_of=self._active_key)
@@ -126,7 +133,8 @@ class Router:
         await self.usage_sync.sync()
         for name, coro in (("state", self.watcher.run()), ("health", self.health.run()),
                            ("keys", self.keys.run()), ("usage", self.usage_sync.run()),
-                           ("idle", self.ondemand.run_reports()), ("watchdog", self.proxy.watchdog())):
+                           ("idle", self.ondemand.run_reports()), ("watchdog", self.proxy.watchdog()),
+                           ("slots", self.slots.run())):
             if name == "idle" and not self.reports_load:
                 coro.close()  # the supervisor reports load to the controller once for every worker
                 continue

@@ -16,7 +16,7 @@ import logging
 import time
 
 from llmgw.router.openai_errors import RouterError
-from llmgw.router.principal import GroupQuota, Principal
+from llmgw.router.principal import DEFAULT_PRIORITY, DEFAULT_SHARE, UNGROUPED, GroupQuota, Principal, Tenancy
 from llmgw.store import GroupRecord, KeyRecord, Store
 from llmgw.store.keys import hash_key
 
@@ -125,9 +125,18 @@ class KeyCache:
             self.key_names[k.id] = k.name
             if k.active:
                 chain = tuple(q for q in (quotas[g] for g in self.ancestry(k.group)) if q.limited)
-                by_hash[k.hash] = Principal(k.id, k.name, k.group, chain)
+                by_hash[k.hash] = Principal(k.id, k.name, k.group, chain, self.tenancy(k.group))
         self.by_hash = by_hash
         self.loaded = True
+
+    def tenancy(self, group: str | None) -> Tenancy:
+        """The key's group for fair sharing, with each admission setting from the nearest
+        group in its ancestry that sets it, else the default."""
+        line = [self.groups[g] for g in self.ancestry(group)]
+        share = next((g.share for g in line if g.share is not None), DEFAULT_SHARE)
+        priority = next((g.priority for g in line if g.priority is not None), DEFAULT_PRIORITY)
+        choose = next((g.may_choose_priority for g in line if g.may_choose_priority is not None), False)
+        return Tenancy(group or UNGROUPED, share, priority, choose)
 
     def ancestry(self, group: str | None) -> list[str]:
         """The group and its ancestors, nearest first (stops at a loop or a missing parent)."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import secrets
@@ -49,10 +48,11 @@ from llmgw.router.proxy import Proxy
 from llmgw.router.responses import ResponseAffinity
 from llmgw.router.settings import RouterSettings
 from llmgw.store.batches import BatchLine, BatchRecord, BatchStore, FileRecord
+from llmgw.store.model import Priority
 
 log = logging.getLogger("llmgw.router")
 
-BATCH_PRIORITY = "batch"
+BATCH_PRIORITY: Priority = "batch"
 # Router refusals that mean no engine saw the request: sent again after Retry-After.
 # (server_overloaded, queue_timeout: admission's shedding and queue bound.)
 _RETRY_CODES = frozenset({"rate_limit_exceeded", "no_replica_available", "quota_unavailable",
@@ -95,12 +95,10 @@ def via_proxy(proxy: Proxy, affinity: ResponseAffinity) -> Dispatch:
             elif message["type"] == "http.response.body":
                 parts.append(message.get("body", b""))
 
-        await proxy.handle(scope, receive, send, principal, Call(scope, receive, found, affinity), **priority)
+        # Admitted at batch priority (admission.py): it waits behind interactive requests.
+        await proxy.handle(scope, receive, send, principal, Call(scope, receive, found, affinity),
+                           priority=BATCH_PRIORITY)
         return status, headers, b"".join(parts)
-    # The proxy admits a request at the priority it is given (admission.py); a proxy
-    # without admission takes none, and the runner's own `batch_concurrency` bounds it.
-    priority: dict[str, Any] = ({"priority": BATCH_PRIORITY}
-                                if "priority" in inspect.signature(proxy.handle).parameters else {})
     return dispatch
 
 

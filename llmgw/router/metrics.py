@@ -45,6 +45,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llmgw.router import admission_metrics
 from llmgw.router.table import RoutingTable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -99,6 +100,9 @@ HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
     "inter_token_latency_seconds": ("Streams: time from the first to the last event over completion "
                                     "tokens - 1", ("model", "replica"), ITL_BUCKETS),
 }
+# Admission's queue (admission_metrics.py names them and documents them).
+COUNTERS.update(admission_metrics.COUNTERS)
+HISTOGRAMS.update(admission_metrics.HISTOGRAMS)
 
 
 class RouterMetrics(Collector):
@@ -207,6 +211,10 @@ class RouterMetrics(Collector):
                 h.add_metric(list(key), hist.cumulative(), hist.sum)
             yield h
         yield from self._replicas()
+        queued = GaugeMetricFamily(*admission_metrics.QUEUE_LENGTH, labels=["model", "group", "priority"])
+        for key, n in sorted(admission_metrics.queue_lengths(self.counters).items()):
+            queued.add_metric(list(key), max(n, 0))
+        yield queued
 
     def _replicas(self) -> Iterator[Metric]:
         t = self.table()

@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmgw.store import GroupLimit
+from llmgw.store.model import Priority
+
+# Fair sharing and priority classes (scheduler.py); the defaults of a key whose groups set none.
+DEFAULT_SHARE = 1.0
+DEFAULT_PRIORITY: Priority = "interactive"
+UNGROUPED = "-"  # the fair-share group of keys without a group: they share one
 
 
 class GroupQuota:
@@ -30,6 +36,17 @@ class GroupQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class Tenancy:
+    """What admission needs of a caller: the group it shares by, its weight, its class,
+    and whether its requests may ask for a higher class than the group's."""
+
+    group: str = UNGROUPED
+    share: float = DEFAULT_SHARE
+    priority: Priority = DEFAULT_PRIORITY
+    may_choose: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """An authenticated caller: its key, its group and the limited groups above it."""
 
@@ -37,3 +54,4 @@ class Principal:
     name: str
     group: str | None
     quotas: tuple[GroupQuota, ...]
+    tenancy: Tenancy = Tenancy()

@@ -36,6 +36,7 @@ relay, usage, drains); split, each step would pass that state around.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -44,6 +45,14 @@ from typing import Any
 
 import aiohttp
 
+from llmgw.router.admission import (
+    ADMISSION_CODES,
+    PRIORITY_HEADER,
+    Admission,
+    Slot,
+    requested_priority,
+    takes_slot,
+)
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.bodies import read_body
 from llmgw.router.calls import Call
@@ -57,6 +66,7 @@ from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner
 from llmgw.router.table import EjectionPolicy, ModelEntry, ReplicaRuntime, RoutingTable
 from llmgw.router.usage import Clock, UsageRecorder
+from llmgw.store.model import Priority
 
 log = logging.getLogger("llmgw.router")
 
@@ -124,7 +134,7 @@ class Flight:
     quick requests never need one.
     """
 
-    __slots__ = ("call", "deadline", "done", "reason", "receive", "started", "task", "watcher")
+    __slots__ = ("call", "deadline", "done", "reason", "receive", "slot", "started", "task", "watcher")
 
     def __init__(self, task: asyncio.Task[Any] | None, receive: Receive, started: float, call: Call) -> None:
         self.call = call  # what differs per endpoint: body, engine path, pinned replica
@@ -135,6 +145,7 @@ class Flight:
         self.reason: str | None = None  # why the watchdog or the watcher cancelled: timeout|disconnect
         self.done = False  # the response is complete: a disconnect now is the normal end
         self.watcher: asyncio.Task[None] | None = None
+        self.slot: Slot | None = None  # its hold on one of the model's slots (admission.py)
 
     def cancel(self, reason: str) -> None:
         if self.reason is None and not self.done and self.task is not None:
@@ -194,6 +205,13 @@ def wants_injection(req: dict[str, Any], usage_capable: bool) -> bool:
     return not (isinstance(opts, dict) and opts.get("include_usage") is True)
 
 
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return bytes(value)
+    return None
+
+
 def _tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
     if not usage:
         return 0, 0
@@ -211,7 +229,8 @@ def _tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
 class Proxy:
     def __init__(self, *, settings: RouterSettings, session: aiohttp.ClientSession,
                  table: Callable[[], RoutingTable], metrics: RouterMetrics, recorder: UsageRecorder,
-                 clock: Clock, ondemand: OnDemand, quotas: Quotas, engine_keys: EngineKeys) -> None:
+                 clock: Clock, ondemand: OnDemand, quotas: Quotas, engine_keys: EngineKeys,
+                 admission: Admission | None = None) -> None:
         self.settings = settings
         self.session = session
         self.table = table
@@ -221,6 +240,7 @@ class Proxy:
         self.ondemand = ondemand
         self.quotas = quotas
         self.engine_keys = engine_keys
+        self.admission = admission or Admission(settings, table, metrics=metrics)
         self.flights: set[Flight] = set()
         self.policy = EjectionPolicy(threshold=settings.eject_after_failures, max_share=settings.max_ejected_share,
                                      base=settings.backoff_base, cap=settings.backoff_max)
@@ -232,7 +252,9 @@ class Proxy:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout),
             auto_decompress=False, skip_auto_headers=("User-Agent",))
 
-    async def handle(self, scope: Scope, receive: Receive, send: Send, principal: Principal, call: Call) -> None:
+    async def handle(self, scope: Scope, receive: Receive, send: Send, principal: Principal, call: Call,
+                     priority: Priority | None = None) -> None:
+        """Serve one request; `priority` set (the Batch API's) overrides what the request asks for."""
         started = time.perf_counter()
         label = "-"
         status = 500
@@ -261,13 +283,24 @@ class Proxy:
             if req.get("stream") is True and any(e.on_demand for e in table.chain(entry)):
                 send = HeldStream(send)  # SSE comments while a replica starts (ondemand.py); else passes through
             budget = completion_budget(req, call.endpoint.path, self.settings)  # a 400 if not integers
+            if priority is None:  # a 400 or 403 before anything is counted against a quota
+                priority = requested_priority(principal.tenancy, _header(scope, PRIORITY_HEADER),
+                                              req.get("service_tier"))
             reservation = await self.quotas.admit(principal, len(body), budget)
-            # Reserved: the engine must stop at the budget, or the limit binds nothing.
-            status = await self._route(table, entry, req, body, path, usage_capable, principal,
-                                       send, started, flight, budget if reservation is not None else None)
+            # A slot of the model (admission.py): waits here while its replicas are full. The
+            # cost until the engine's count is known: the prompt at about 4 bytes a token.
+            held = (self.admission.slot(entry.name, principal.tenancy, priority, len(body) // 4)
+                    if takes_slot(call.endpoint) else contextlib.nullcontext())
+            async with held as slot:
+                flight.slot = slot
+                # Reserved: the engine must stop at the budget, or the limit binds nothing.
+                status = await self._route(table, entry, req, body, path, usage_capable, principal,
+                                           send, started, flight, budget if reservation is not None else None)
         except RouterError as err:
             status = err.status
-            if err.status == 429:
+            if err.code in ADMISSION_CODES:  # the model's queue was full or the wait ran out
+                self.metrics.reject("admission")
+            elif err.status == 429:
                 self.metrics.reject("quota")
             flight.done = True
             await send_error(send, err)
@@ -293,6 +326,7 @@ class Proxy:
         while True:
             await asyncio.sleep(tick)
             self.check_flights(time.monotonic())
+            self.admission.pump()  # a replica that became ready makes room for waiters
 
     def check_flights(self, now: float) -> None:
         for f in list(self.flights):
@@ -443,13 +477,15 @@ class Proxy:
             headers.append((b"x-accel-buffering", b"no"))
         elif length is not None:
             headers.append((b"content-length", str(length).encode()))
+        if flight.slot is not None:
+            headers += flight.slot.headers()
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         if not sse and length is not None and len(first) == length:
             # The whole body came with the first read (the usual plain completion).
             flight.done = True
             await send({"type": "http.response.body", "body": first, "more_body": False})
             if resp.status == 200:
-                self._account(principal, model, flight.call.billable(usage_in_json(first)), replica.id)
+                self._account(principal, model, flight.call.billable(usage_in_json(first)), replica.id, flight)
             return resp.status
         scanner = SseUsageScanner(strip=strip) if sse else None
         keep: list[bytes] | None = [] if not sse and resp.status == 200 else None
@@ -491,7 +527,8 @@ class Proxy:
                                            code="upstream_failed") + b"\n\n"
             flight.done = True
             await send({"type": "http.response.body", "body": event, "more_body": False})
-            self._account(principal, model, flight.call.billable(scanner.usage if scanner else None), replica.id)
+            self._account(principal, model, flight.call.billable(scanner.usage if scanner else None), replica.id,
+                          flight)
             return 502
         flight.done = True
         if scanner is not None:
@@ -501,13 +538,16 @@ class Proxy:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             usage = usage_in_json(b"".join(keep)) if keep and kept <= _MAX_KEEP else None
         if resp.status == 200:
-            self._account(principal, model, flight.call.billable(usage), replica.id)
+            self._account(principal, model, flight.call.billable(usage), replica.id, flight)
             if sse:
                 self.metrics.stream_done(replica.id, last_at - first_at, _tokens(usage)[1])
         return resp.status
 
-    def _account(self, principal: Principal, model: str, usage: dict[str, Any] | None, replica_id: str) -> None:
+    def _account(self, principal: Principal, model: str, usage: dict[str, Any] | None, replica_id: str,
+                 flight: Flight) -> None:
         prompt, completion = _tokens(usage)
+        if flight.slot is not None and (prompt or completion):
+            flight.slot.charge(prompt + completion)  # fair share counts what the engine counted
         now = time.time()
         day = self.clock.day(now)
         self.recorder.add(principal.key_id, day, model, prompt, completion)

@@ -108,3 +108,15 @@ class RouterSettings:
     batch_lease_ttl: float = 30.0
     # How often a router looks for batches to run, and a running batch for a cancel.
     batch_poll_interval: float = 1.0
+    # -- admission and queueing per model (admission.py, scheduler.py) ---------------------
+    # Requests one replica holds at once; beyond the sum over a model's ready replicas,
+    # requests wait in the router. 0: the slots the engine says it runs (llama.cpp's
+    # --parallel, from its /props: slots.py), else no router limit.
+    max_in_flight: int = 0
+    # Requests waiting per model, at most (a newcomer beyond it sheds the newest waiter of a
+    # lower class, or is refused with 429), and how long one waits (then 503).
+    max_queue: int = 1024
+    queue_timeout: float = 60.0
+    # A lower class's oldest waiter goes first once it has waited this many seconds, so a
+    # steady interactive load cannot starve batch work for ever; 0: strict priority.
+    starve_after: float = 0.0

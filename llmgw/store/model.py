@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal, get_args
+
+# A group's priority class (router/scheduler.py serves them in this order when queues form).
+Priority = Literal["interactive", "batch", "background"]
+PRIORITIES: tuple[Priority, ...] = get_args(Priority)
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,10 @@ class GroupRecord:
     rpm: int | None
     tokens_per_day: int | None
     created_at: datetime
+    # Admission (router/admission.py); None: inherited from the parent, else the default.
+    share: float | None = None  # weight in fair sharing of a model's slots
+    priority: Priority | None = None
+    may_choose_priority: bool | None = None  # requests may ask for a higher class than the group's
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ directly, and the router calls it from a worker thread, off the request path.
 Tables (prefixed `llmgw_` so the store can share a database):
 
     llmgw_meta             schema version
-    llmgw_groups           name, parent, rpm, tokens_per_day
+    llmgw_groups           name, parent, rpm, tokens_per_day; share, priority, may_choose_priority
     llmgw_keys             id, name (unique among active keys), group, prefix, sha256
     llmgw_usage_daily      per key, UTC day and model: requests, prompt/completion tokens
     llmgw_requests_minute  per key and clock minute: requests (shared rpm; pruned)
@@ -30,6 +30,7 @@ PostgreSQL cannot drift apart.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -42,12 +43,14 @@ from typing import Any, Protocol
 from llmgw.errors import StoreError
 from llmgw.store.keys import hash_key, is_key, new_key, new_key_id, shown_prefix
 from llmgw.store.model import (
+    PRIORITIES,
     BenchRecord,
     CheckRecord,
     GroupLimit,
     GroupRecord,
     KeyRecord,
     MinuteCount,
+    Priority,
     Refusal,
     UsageDelta,
     UsageRow,
@@ -186,6 +189,20 @@ _SCHEMA = [
     *_BATCH_SCHEMA,
 ]
 
+# Admission settings of a group (router/admission.py), added to llmgw_groups by `_migrate`
+# on stores made before them (no schema version change: an older llmgw reads the table as
+# before, naming its own columns). NULL: inherited from the parent group.
+_GROUP_ADMISSION_COLUMNS = (("share", "DOUBLE PRECISION NULL"), ("priority", "TEXT NULL"),
+                            ("may_choose_priority", "INTEGER NULL"))
+_GROUP_COLUMNS = "name, parent, rpm, tokens_per_day, created_at, share, priority, may_choose_priority"
+_MAX_SHARE = 1e6
+
+
+def _group(r: Sequence[Any]) -> GroupRecord:
+    return GroupRecord(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), share=r[5], priority=r[6],
+                       may_choose_priority=None if r[7] is None else bool(r[7]))
+
+
 # One group's standing, read in ONE statement so it is one snapshot: a usage flush that
 # commits between two reads would otherwise show its tokens neither as used nor as reserved.
 _GROUP_STANDING = """
@@ -259,6 +276,12 @@ class SqlStore:
     def _group_locks(self, cur: _Cursor, groups: Sequence[str]) -> None:
         """Serialise admissions per group between routers (taken in the order given)."""
 
+    def _columns(self, cur: _Cursor, table: str) -> set[str]:
+        """The column names `table` has (PostgreSQL's information schema; SQLite overrides)."""
+        self._x(cur, "SELECT column_name FROM information_schema.columns "
+                     "WHERE table_schema = current_schema() AND table_name = ?", (table,))
+        return {str(r[0]) for r in cur.fetchall()}
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -275,6 +298,10 @@ class SqlStore:
             self._migrate_lock(cur)
             for stmt in _SCHEMA:
                 self._x(cur, stmt)
+            have = self._columns(cur, "llmgw_groups")
+            for column, kind in _GROUP_ADMISSION_COLUMNS:
+                if column not in have:
+                    self._x(cur, f"ALTER TABLE llmgw_groups ADD COLUMN {column} {kind}")
             self._x(cur, "SELECT value FROM llmgw_meta WHERE key = 'schema_version'")
             row = cur.fetchone()
             if row is None:
@@ -297,24 +324,28 @@ class SqlStore:
     # -- groups --------------------------------------------------------------------------
     def list_groups(self) -> list[GroupRecord]:
         def go(cur: _Cursor) -> list[GroupRecord]:
-            self._x(cur, "SELECT name, parent, rpm, tokens_per_day, created_at FROM llmgw_groups "
-                         "ORDER BY name")
-            return [GroupRecord(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]))
-                    for r in cur.fetchall()]
+            self._x(cur, f"SELECT {_GROUP_COLUMNS} FROM llmgw_groups ORDER BY name")
+            return [_group(r) for r in cur.fetchall()]
         result: list[GroupRecord] = self._run(go)
         return result
 
     def set_group(self, name: str, *, parent: str | Unset | None = UNSET,
                   rpm: int | Unset | None = UNSET,
-                  tokens_per_day: int | Unset | None = UNSET) -> GroupRecord:
+                  tokens_per_day: int | Unset | None = UNSET, share: float | Unset | None = UNSET,
+                  priority: Priority | Unset | None = UNSET,
+                  may_choose_priority: bool | Unset | None = UNSET) -> GroupRecord:
         """Create the group or change the given fields; refuse a parent that makes a loop."""
         if not name or name.strip() != name:
             raise StoreError(f"invalid group name {name!r}", hint="use a non-empty name without spaces")
+        if isinstance(share, (int, float)) and not (math.isfinite(share) and 0 < share <= _MAX_SHARE):
+            raise StoreError(f"share must be a number above 0 and at most {_MAX_SHARE:g}, not {share}",
+                             hint="shares are relative weights: 1 for every group is an equal split")
+        if isinstance(priority, str) and priority not in PRIORITIES:
+            raise StoreError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
 
         def go(cur: _Cursor) -> GroupRecord:
-            self._x(cur, "SELECT name, parent, rpm, tokens_per_day, created_at FROM llmgw_groups")
-            existing = {r[0]: GroupRecord(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]))
-                        for r in cur.fetchall()}
+            self._x(cur, f"SELECT {_GROUP_COLUMNS} FROM llmgw_groups")
+            existing = {r[0]: _group(r) for r in cur.fetchall()}
             old = existing.get(name)
             new_parent = (old.parent if old else None) if isinstance(parent, Unset) else parent
             new_rpm = (old.rpm if old else None) if isinstance(rpm, Unset) else rpm
@@ -332,19 +363,25 @@ class SqlStore:
                                          f"that makes a loop", hint="choose a parent outside its subtree")
                     seen.add(node)
                     node = existing[node].parent
+            new_share = (old.share if old else None) if isinstance(share, Unset) else share
+            new_priority = (old.priority if old else None) if isinstance(priority, Unset) else priority
+            new_choose = ((old.may_choose_priority if old else None) if isinstance(may_choose_priority, Unset)
+                          else may_choose_priority)
+            admission = (new_share, new_priority, None if new_choose is None else int(new_choose))
             for label, value in (("rpm", new_rpm), ("tokens per day", new_tpd)):
                 if value is not None and value < 0:
                     raise StoreError(f"{label} must be zero or more, not {value}")
             if old is None:
                 created = _now()
-                self._x(cur, "INSERT INTO llmgw_groups (name, parent, rpm, tokens_per_day, created_at) "
-                             "VALUES (?, ?, ?, ?, ?)",
-                        (name, new_parent, new_rpm, new_tpd, created.isoformat()))
+                self._x(cur, f"INSERT INTO llmgw_groups ({_GROUP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (name, new_parent, new_rpm, new_tpd, created.isoformat(), *admission))
             else:
                 created = old.created_at
-                self._x(cur, "UPDATE llmgw_groups SET parent = ?, rpm = ?, tokens_per_day = ? "
-                             "WHERE name = ?", (new_parent, new_rpm, new_tpd, name))
-            return GroupRecord(name, new_parent, new_rpm, new_tpd, created)
+                self._x(cur, "UPDATE llmgw_groups SET parent = ?, rpm = ?, tokens_per_day = ?, share = ?, "
+                             "priority = ?, may_choose_priority = ? WHERE name = ?",
+                        (new_parent, new_rpm, new_tpd, *admission, name))
+            return GroupRecord(name, new_parent, new_rpm, new_tpd, created, share=new_share,
+                               priority=new_priority, may_choose_priority=new_choose)
         result: GroupRecord = self._run(go)
         return result
 
@@ -621,6 +658,10 @@ class SqliteStore(SqlStore):
 
     def close(self) -> None:
         self._db.close()
+
+    def _columns(self, cur: _Cursor, table: str) -> set[str]:
+        self._x(cur, f"PRAGMA table_info({table})")
+        return {str(r[1]) for r in cur.fetchall()}
 
 
 class PostgresStore(SqlStore):

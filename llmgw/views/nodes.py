@@ -11,8 +11,8 @@ from typing import Any
 
 from llmgw.facts.records import Filesystem, HostFacts
 from llmgw.nodetime import liveness
-from llmgw.views.held import Held, node_weights, weights_held
 from llmgw.planner.fleet import gpu_left_out
+from llmgw.views.held import Held, node_weights, weights_held
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
 
