@@ -78,6 +78,8 @@ def model_json(router: Router, e: ModelEntry) -> dict[str, Any]:
     }
     if used:
         out["last_used"] = _iso(max(used))
+    if e.route is not None:  # a weighted route: its split in force and what its guard found (routes.py)
+        out["route"] = e.route.report()
     return out
 
 

@@ -149,7 +149,8 @@ class Router:
 
     def apply_state(self, state: State) -> None:
         old = self.table
-        self.table = RoutingTable(state, old.replicas, self._runtime if self.shared is not None else None)
+        self.table = RoutingTable(state, old.replicas, self._runtime if self.shared is not None else None,
+                                  routes=old.routes)  # weighted routes keep their guard findings (routes.py)
         if self.shared is not None:
             self.shared.routing_by(state.serial)
         if old.serial != state.serial or old.lineage != state.lineage:

@@ -100,6 +100,22 @@ HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
                                     "tokens - 1", ("model", "replica"), ITL_BUCKETS),
 }
 
+# Weighted routes (routes.py, docs/routes.md): per route and target, both names from the state.
+COUNTERS.update({
+    "route_requests": ("Attempts on each target of a weighted route, by the engine's HTTP status (failed: no "
+                       "answer)", ("route", "target", "status")),
+    "route_errors": ("Failed attempts on each target of a weighted route (an engine 5xx, or no answer)",
+                     ("route", "target")),
+    "route_guard_trips": ("Canaries whose route guard tripped, sending their share to the stable target",
+                          ("route", "target")),
+})
+HISTOGRAMS.update({
+    "route_time_to_first_token_seconds": ("Streams: time from request to the first event, per route target",
+                                          ("route", "target"), BUCKETS),
+    "route_inter_token_latency_seconds": ("Streams: first to last event over completion tokens - 1, per route "
+                                          "target", ("route", "target"), ITL_BUCKETS),
+})
+
 
 class RouterMetrics(Collector):
     def __init__(self, table: Callable[[], RoutingTable]) -> None:
@@ -162,6 +178,31 @@ class RouterMetrics(Collector):
     def reject(self, reason: str) -> None:
         self._count("rejected_requests", (reason,))
 
+    # -- weighted routes (routes.py) -----------------------------------------------------
+    def _route(self, route: str, target: str) -> tuple[str, str]:
+        entry = self.table().models.get(route)
+        if entry is None or entry.route is None:
+            return UNKNOWN, UNKNOWN
+        return route, target if target in entry.route.stats else UNKNOWN
+
+    def route_attempt(self, route: str, target: str, status: str) -> None:
+        """An attempt on a route's target ended: `status` is the engine's, or "failed" (no answer)."""
+        key = self._route(route, target)
+        self._count("route_requests", (*key, status))
+        if status == "failed" or status.startswith("5"):
+            self._count("route_errors", key)
+
+    def route_first_token(self, route: str, target: str, seconds: float) -> None:
+        self._observe("route_time_to_first_token_seconds", self._route(route, target), seconds)
+
+    def route_stream_done(self, route: str, target: str, first_to_last: float, completion: int) -> None:
+        if completion > 1:
+            self._observe("route_inter_token_latency_seconds", self._route(route, target),
+                          first_to_last / (completion - 1))
+
+    def route_tripped(self, route: str, target: str) -> None:
+        self._count("route_guard_trips", self._route(route, target))
+
     # -- across processes ----------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Counters and histograms as JSON-able lists (another process `absorb`s them)."""
@@ -207,6 +248,20 @@ class RouterMetrics(Collector):
                 h.add_metric(list(key), hist.cumulative(), hist.sum)
             yield h
         yield from self._replicas()
+        yield from self._routes()
+
+    def _routes(self) -> Iterator[Metric]:
+        """Each route's split in force (a tripped canary's share is on the stable target)."""
+        share = GaugeMetricFamily("llmgw_route_share_percent", "The share of a weighted route's new requests "
+                                  "each target gets now, in percent", labels=["route", "target"])
+        tripped = GaugeMetricFamily("llmgw_route_guard_tripped", "1 when the target broke its route's guard "
+                                    "and lost its share until the route changes", labels=["route", "target"])
+        for entry in self.table().models.values():
+            if entry.route is not None:
+                for target, pct in entry.route.shares():
+                    share.add_metric([entry.name, target], pct)
+                    tripped.add_metric([entry.name, target], 1 if target in entry.route.tripped else 0)
+        yield from (share, tripped)
 
     def _replicas(self) -> Iterator[Metric]:
         t = self.table()
