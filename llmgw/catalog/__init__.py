@@ -1,6 +1,7 @@
 """The catalog: which models the fleet serves, and how each may be run."""
 
-from llmgw.catalog.load import Catalog, Located, LocatedRoute, load_catalog
+from llmgw.catalog.load import Catalog, Located, load_catalog
+from llmgw.catalog.routes import LocatedRoute
 from llmgw.catalog.schema import CAPABILITIES, ENGINES, Model, Profile, Route, Scaling, format_duration, parse_duration
 
 __all__ = ["CAPABILITIES", "ENGINES", "Catalog", "Located", "LocatedRoute", "Model", "Profile", "Route", "Scaling",

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from llmgw import collector
+from llmgw.catalog.routes import LocatedRoute, route_problems
 from llmgw.catalog.schema import Model, Route
 from llmgw.errors import CatalogError, Problem
 from llmgw.yamlio import MAX_FILE_BYTES, FileError, YamlSyntaxError, decode_text, line_of, loads_yaml
@@ -32,21 +33,6 @@ class Located:
     index: int
     # The line of each key cross-file checks may point at ("name", "aliases[0]",
     # "fallbacks", "fallbacks[1]"); `line` (the model's first) where not known.
-    lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
-
-    def line_at(self, key: str) -> int:
-        return self.lines.get(key, self.line)
-
-
-@dataclass(frozen=True)
-class LocatedRoute:
-    """A weighted route (schema.Route) and where it was written; `lines` as in Located
-    ("name", "aliases[0]", "fallbacks[1]", "routes[0].model", "routes")."""
-
-    route: Route
-    file: str
-    line: int
-    index: int
     lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def line_at(self, key: str) -> int:
@@ -222,8 +208,7 @@ def cross_check(entries: list[Located], routes: Iterable[LocatedRoute] = ()) -> 
     owner: dict[str, tuple[Located | LocatedRoute, str]] = {}
     every: list[Located | LocatedRoute] = [*entries, *routes]
     for e in every:
-        own, aliases, kind = ((e.model.name, e.model.aliases, "model") if isinstance(e, Located)
-                              else (e.route.name, e.route.aliases, "route"))
+        own, aliases = (e.model.name, e.model.aliases) if isinstance(e, Located) else (e.route.name, e.route.aliases)
         for key, name in [("name", own)] + [(f"aliases[{j}]", a) for j, a in enumerate(aliases)]:
             if name in owner:
                 first, first_key = owner[name]
@@ -232,12 +217,12 @@ def cross_check(entries: list[Located], routes: Iterable[LocatedRoute] = ()) -> 
                 problems.append(Problem(
                     e.file, e.line_at(key), f"models[{e.index}].{key}",
                     f"{name!r} is already used by {what} at {first.file}:{first.line_at(first_key)}; names and "
-                    f"aliases must be unique across the catalog (this {kind} must take another)"))
+                    "aliases must be unique across the catalog"))
             else:
                 owner[name] = (e, key)
     canonical = {n: o.model.name for n, (o, _) in owner.items() if isinstance(o, Located)}
     routed = {n: o.route.name for n, (o, _) in owner.items() if isinstance(o, LocatedRoute)}
-    problems.extend(_route_problems(routes, canonical, routed))
+    problems.extend(route_problems(routes, canonical, routed))
     for e in entries:
         for j, fb in enumerate(e.model.fallbacks):
             target = canonical.get(fb)
@@ -254,28 +239,6 @@ def cross_check(entries: list[Located], routes: Iterable[LocatedRoute] = ()) -> 
                     e.file, e.line_at(f"fallbacks[{j}]"), f"models[{e.index}].fallbacks[{j}]",
                     f"{fb!r} is this model itself; a model cannot fall back to itself"))
     problems.extend(_cycles(entries, canonical))
-    return problems
-
-
-def _route_problems(routes: list[LocatedRoute], canonical: dict[str, str], routed: dict[str, str]) -> list[Problem]:
-    """A route's targets and fallbacks are models, named by their own names (the state and the
-    router know models by name), never routes: a route of routes would hide where traffic goes."""
-    problems: list[Problem] = []
-    for e in routes:
-        named = [(f"routes[{j}].model", t.model) for j, t in enumerate(e.route.routes)]
-        named += [(f"fallbacks[{j}]", fb) for j, fb in enumerate(e.route.fallbacks)]
-        for key, name in named:
-            what = "a target" if key.startswith("routes") else "a fallback"
-            if name in routed:
-                why = (f"{name!r} is a weighted route; {what} of a route must be a model: name one of "
-                       f"{routed[name]!r}'s models")
-            elif name not in canonical:
-                why = f"{name!r} is not a model in the catalog; add it or remove {what}"
-            elif canonical[name] != name and key.startswith("routes"):
-                why = f"{name!r} is an alias of {canonical[name]!r}; name the model itself"
-            else:
-                continue
-            problems.append(Problem(e.file, e.line_at(key), f"models[{e.index}].{key}", why))
     return problems
 
 

@@ -45,6 +45,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llmgw.router.routes import RouteRuntime
 from llmgw.router.table import RoutingTable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -106,8 +107,10 @@ COUNTERS.update({
                        "answer)", ("route", "target", "status")),
     "route_errors": ("Failed attempts on each target of a weighted route (an engine 5xx, or no answer)",
                      ("route", "target")),
+    # `generation`: which version of the route (its split and its targets' replicas) the trip was in,
+    # so the /metrics of a router with several workers knows which canaries any of them tripped now.
     "route_guard_trips": ("Canaries whose route guard tripped, sending their share to the stable target",
-                          ("route", "target")),
+                          ("route", "target", "generation")),
 })
 HISTOGRAMS.update({
     "route_time_to_first_token_seconds": ("Streams: time from request to the first event, per route target",
@@ -185,6 +188,11 @@ class RouterMetrics(Collector):
             return UNKNOWN, UNKNOWN
         return route, target if target in entry.route.stats else UNKNOWN
 
+    def _tripped(self, route: RouteRuntime) -> set[str]:
+        """The targets of `route` tripped in this process or in any worker whose counts were absorbed."""
+        trips = self.counters["route_guard_trips"]
+        return set(route.tripped) | {t for t in route.targets if trips.get((route.name, t, route.generation))}
+
     def route_attempt(self, route: str, target: str, status: str) -> None:
         """An attempt on a route's target ended: `status` is the engine's, or "failed" (no answer)."""
         key = self._route(route, target)
@@ -201,7 +209,9 @@ class RouterMetrics(Collector):
                           first_to_last / (completion - 1))
 
     def route_tripped(self, route: str, target: str) -> None:
-        self._count("route_guard_trips", self._route(route, target))
+        entry = self.table().models.get(route)
+        generation = entry.route.generation if entry is not None and entry.route is not None else UNKNOWN
+        self._count("route_guard_trips", (*self._route(route, target), generation))
 
     # -- across processes ----------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -258,9 +268,10 @@ class RouterMetrics(Collector):
                                     "and lost its share until the route changes", labels=["route", "target"])
         for entry in self.table().models.values():
             if entry.route is not None:
-                for target, pct in entry.route.shares():
+                out = self._tripped(entry.route)
+                for target, pct in entry.route.shares(out):
                     share.add_metric([entry.name, target], pct)
-                    tripped.add_metric([entry.name, target], 1 if target in entry.route.tripped else 0)
+                    tripped.add_metric([entry.name, target], 1 if target in out else 0)
         yield from (share, tripped)
 
     def _replicas(self) -> Iterator[Metric]:

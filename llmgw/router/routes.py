@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,19 +139,22 @@ class Trip:
 class RouteRuntime:
     """One route as this router process routes it: its split, and its guard's findings."""
 
-    def __init__(self, name: str, record: RouteRecord) -> None:
+    def __init__(self, name: str, record: RouteRecord, generation: str = "") -> None:
         self.name = name
         self.record = record
+        self.generation = generation  # which version of the route this is (table.py): labels its trips
         self.targets = [t.model for t in record.targets]
         self.stable = max(record.targets, key=lambda t: t.weight).model  # the first listed of equals
         self.stats: dict[str, TargetStats] = {t: TargetStats() for t in self.targets}
         self.tripped: dict[str, Trip] = {}
         self.trips = 0  # how many canaries tripped in this runtime's life (the metrics count them)
 
-    def shares(self) -> list[tuple[str, int]]:
-        """The split in force: the catalog's, with every tripped canary's weight on the stable target."""
-        moved = sum(t.weight for t in self.record.targets if t.model in self.tripped)
-        return [(t.model, 0 if t.model in self.tripped else t.weight + (moved if t.model == self.stable else 0))
+    def shares(self, tripped: Collection[str] | None = None) -> list[tuple[str, int]]:
+        """The split in force: the catalog's, with every tripped canary's weight (this process's, or
+        `tripped`: those any worker tripped, as /metrics merges them) on the stable target."""
+        out = self.tripped if tripped is None else tripped
+        moved = sum(t.weight for t in self.record.targets if t.model in out)
+        return [(t.model, 0 if t.model in out else t.weight + (moved if t.model == self.stable else 0))
                 for t in self.record.targets]
 
     def order(self, key_id: str, endpoint: str, req: dict[str, Any]) -> list[str]:
@@ -208,7 +211,7 @@ class RouteRuntime:
     def report(self) -> dict[str, Any]:
         """The route for the admin API (and through it `status` and the dashboard)."""
         shares = dict(self.shares())
-        return {"stable": self.stable, "guard": None if self.record.guard is None else
+        return {"stable": self.stable, "generation": self.generation, "guard": None if self.record.guard is None else
                 self.record.guard.model_dump(),
                 "targets": [{"model": t.model, "weight": t.weight, "share": shares[t.model],
                              "tripped": t.model in self.tripped,

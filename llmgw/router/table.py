@@ -16,6 +16,7 @@ ejected the proxy tries them anyway (panic mode) rather than answer 503 to every
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -257,7 +258,9 @@ class RoutingTable:
             ident = (record, tuple(tuple(sorted((r.id, r.record.spec_hash) for r in self.models[t.model].replicas))
                                    if t.model in self.models else () for t in record.targets))
             kept = previous.get(m.name)
-            rt = kept[1] if kept is not None and kept[0] == ident else RouteRuntime(m.name, record)
+            # The same in every worker of a router (they read the same state): /metrics merges their trips by it.
+            generation = hashlib.sha256(repr(ident).encode()).hexdigest()[:12]
+            rt = kept[1] if kept is not None and kept[0] == ident else RouteRuntime(m.name, record, generation)
             m.route = rt
             out[m.name] = (ident, rt)
         return out

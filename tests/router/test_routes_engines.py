@@ -10,14 +10,17 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from llmgw.catalog import Route
 from llmgw.planner.routes import route_record
 from llmgw.state import ModelRecord
-from llmgw.store import Store
+from llmgw.store import Store, open_store
+from tests.router.test_router_workers import start_workers, stop
 from tests.support.router import HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
 pytestmark = pytest.mark.engine
@@ -135,9 +138,10 @@ def test_a_canary_failing_its_guard_loses_its_share_and_no_request_fails(
         assert set(answered) == {STABLE} and len(hits) >= 5  # the canary was tried, and never answered a client
         assert metric(router, "llmgw_route_share_percent", route="chat", target=CANARY) == 0
         assert metric(router, "llmgw_route_share_percent", route="chat", target=STABLE) == 100
-        assert metric(router, "llmgw_route_guard_trips_total", route="chat", target=CANARY) == 1
-        assert (metric(router, "llmgw_route_errors_total", route="chat", target=CANARY) or 0) >= 5
         chat = next(m for m in router.admin("/api/v1/models")["models"] if m["name"] == "chat")
+        assert metric(router, "llmgw_route_guard_trips_total", route="chat", target=CANARY,
+                      generation=chat["route"]["generation"]) == 1
+        assert (metric(router, "llmgw_route_errors_total", route="chat", target=CANARY) or 0) >= 5
         target = chat["route"]["targets"][1]
         assert (target["model"], target["share"], target["tripped"]) == (CANARY, 0, True)
         assert target["reason"].startswith(f"{CANARY} broke the guard of route chat: 100.0% of its last ")
@@ -145,3 +149,35 @@ def test_a_canary_failing_its_guard_loses_its_share_and_no_request_fails(
         assert {ask(client, f"after the trip {i}") for i in range(100)} == {STABLE}
         assert len(hits) == before  # no new request reaches the tripped canary
         assert metric(router, "llmgw_requests_total", model="chat", status="200") == len(answered) + 100
+
+
+def test_with_several_workers_metrics_say_which_canary_any_worker_tripped(
+        engines: Callable[..., Engine], state: StateFile, tmp_path: Path) -> None:
+    """`llmgw router serve --workers 2`, the real CLI: each worker judges the canary on its own
+    traffic, and the supervisor's /metrics merges their trips into the split in force."""
+    stable = engines(STABLE, parallel=8)
+    store_url = f"sqlite://{tmp_path / 'store.sqlite'}"
+    store = open_store(store_url)
+    key = store.create_key("tester")[1]
+    store.close()
+    guard = {"max_error_rate": 0.2, "window": "1m", "min_requests": 3}
+    with failing_engine() as (canary_url, hits):
+        state.write([model(STABLE), model(CANARY), route(guard)],
+                    [replica("qwen3-8b-1", STABLE, stable.endpoint), replica("qwen3-8b-2511-1", CANARY, canary_url)])
+        w = start_workers(state.path, store_url, tmp_path / "router.log")
+        try:
+            client = openai.OpenAI(base_url=w.base_url + "/v1", api_key=key, max_retries=0, timeout=60)
+            answered: list[str] = []
+
+            def tripped() -> bool:
+                answered.append(ask(client, f"question {len(answered)}"))  # none fails
+                text = w.admin("/metrics")
+                return f'llmgw_route_guard_tripped{{route="chat",target="{CANARY}"}} 1.0' in text
+
+            wait_until(tripped, 60, "a worker to trip the canary's guard")
+            text = w.admin("/metrics")
+            assert f'llmgw_route_share_percent{{route="chat",target="{STABLE}"}} 100.0' in text
+            assert set(answered) == {STABLE} and hits
+            client.close()
+        finally:
+            stop(w)
