@@ -63,6 +63,9 @@ class Peers(Protocol):
     async def render_metrics(self, own: RouterMetrics) -> bytes:
         """/metrics for the router as a whole: `own` (this process) merged with every worker's."""
 
+    async def merged_metrics(self, own: RouterMetrics) -> RouterMetrics:
+        """The counts behind render_metrics: `own` and every worker's, merged."""
+
     async def flush_usage(self) -> None:
         """Every worker's counted usage written to the store."""
 
@@ -141,6 +144,14 @@ class Router:
         if self.peers is not None:
             return await self.peers.render_metrics(self.metrics)
         return self.metrics.render()
+
+    async def route_trips(self) -> dict[str, set[str]]:
+        """Per weighted route, the canaries its guard tripped in this process or any worker (routes.py)."""
+        routes = [e for e in self.table.models.values() if e.route is not None]
+        if not routes:  # the usual case: no worker is asked (apply polls /api/v1/replicas while it drains)
+            return {}
+        metrics = self.metrics if self.peers is None else await self.peers.merged_metrics(self.metrics)
+        return {e.name: metrics.tripped_targets(e.route) for e in routes if e.route is not None}
 
     # -- state ---------------------------------------------------------------------------
     def _runtime(self, record: Replica, live: Collection[str]) -> ReplicaRuntime:

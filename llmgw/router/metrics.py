@@ -188,7 +188,7 @@ class RouterMetrics(Collector):
             return UNKNOWN, UNKNOWN
         return route, target if target in entry.route.stats else UNKNOWN
 
-    def _tripped(self, route: RouteRuntime) -> set[str]:
+    def tripped_targets(self, route: RouteRuntime) -> set[str]:
         """The targets of `route` tripped in this process or in any worker whose counts were absorbed."""
         trips = self.counters["route_guard_trips"]
         return set(route.tripped) | {t for t in route.targets if trips.get((route.name, t, route.generation))}
@@ -268,7 +268,7 @@ class RouterMetrics(Collector):
                                     "and lost its share until the route changes", labels=["route", "target"])
         for entry in self.table().models.values():
             if entry.route is not None:
-                out = self._tripped(entry.route)
+                out = self.tripped_targets(entry.route)
                 for target, pct in entry.route.shares(out):
                     share.add_metric([entry.name, target], pct)
                     tripped.add_metric([entry.name, target], 1 if target in out else 0)

@@ -208,12 +208,19 @@ class RouteRuntime:
         self.trips += 1
         return trip
 
-    def report(self) -> dict[str, Any]:
-        """The route for the admin API (and through it `status` and the dashboard)."""
-        shares = dict(self.shares())
+    def note(self, target: str) -> str:
+        """Why `target` lost its share, for `llmgw status`: this process's finding, or (another
+        worker's) what the merged counts say."""
+        trip = self.tripped.get(target)
+        return trip.reason if trip is not None else (f"{target} broke the guard of route {self.name}; its share "
+                                                     f"goes to {self.stable} until the route changes")
+
+    def report(self, tripped: Collection[str] | None = None) -> dict[str, Any]:
+        """The route for the admin API; `tripped`: the canaries any worker tripped (else this process's)."""
+        out = set(self.tripped) if tripped is None else set(tripped)
+        shares = dict(self.shares(out))
         return {"stable": self.stable, "generation": self.generation, "guard": None if self.record.guard is None else
                 self.record.guard.model_dump(),
                 "targets": [{"model": t.model, "weight": t.weight, "share": shares[t.model],
-                             "tripped": t.model in self.tripped,
-                             **({"reason": self.tripped[t.model].reason} if t.model in self.tripped else {})}
+                             "tripped": t.model in out, **({"reason": self.note(t.model)} if t.model in out else {})}
                             for t in self.record.targets]}

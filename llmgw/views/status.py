@@ -96,7 +96,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
             if r["state"] == "ready" and quiet is not None and quiet >= idle_after:
                 idle.append({"id": r["id"], "model": r["model"], "used": r["used"], "idle_seconds": r["idle_seconds"],
                              "age_seconds": r["age_seconds"]})
-    notes = list(data.notes) + list(data.plan_notes) + list(runtime.problems)
+    notes = list(data.notes) + list(data.plan_notes) + list(runtime.problems) + list(runtime.notes)
     if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle replicas are not known: no router answered")
     live = None

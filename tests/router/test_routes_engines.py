@@ -20,6 +20,7 @@ from llmgw.catalog import Route
 from llmgw.planner.routes import route_record
 from llmgw.state import ModelRecord
 from llmgw.store import Store, open_store
+from llmgw.views.runtime import fetch_runtime
 from tests.router.test_router_workers import start_workers, stop
 from tests.support.router import HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 
@@ -145,6 +146,8 @@ def test_a_canary_failing_its_guard_loses_its_share_and_no_request_fails(
         target = chat["route"]["targets"][1]
         assert (target["model"], target["share"], target["tripped"]) == (CANARY, 0, True)
         assert target["reason"].startswith(f"{CANARY} broke the guard of route chat: 100.0% of its last ")
+        # `llmgw status` reads the routers' notes (views/runtime.py, as it asks every router).
+        assert fetch_runtime([router.admin_url]).notes == (target["reason"],)
         before = len(hits)
         assert {ask(client, f"after the trip {i}") for i in range(100)} == {STABLE}
         assert len(hits) == before  # no new request reaches the tripped canary
@@ -178,6 +181,12 @@ def test_with_several_workers_metrics_say_which_canary_any_worker_tripped(
             text = w.admin("/metrics")
             assert f'llmgw_route_share_percent{{route="chat",target="{STABLE}"}} 100.0' in text
             assert set(answered) == {STABLE} and hits
+            # The supervisor's admin API (it serves no request itself) says what the workers found.
+            chat = next(m for m in w.admin("/api/v1/models")["models"] if m["name"] == "chat")
+            assert [(t["model"], t["share"], t["tripped"]) for t in chat["route"]["targets"]] == [
+                (STABLE, 100, False), (CANARY, 0, True)]
+            (note,) = w.admin("/api/v1/replicas")["notes"]
+            assert note.startswith(f"{CANARY} broke the guard of route chat")
             client.close()
         finally:
             stop(w)
