@@ -10,7 +10,9 @@ The path of a request:
    engine generates no more than was counted;
 2. resolve the model (aliases), then walk the model and its fallbacks in order, each
    with its replicas least-loaded first; an on-demand model with nothing running is
-   started and the request held until it can answer;
+   started and the request held until it can answer. A weighted route walks its targets,
+   the one this key and conversation are placed on first (routes.py), and a canary's 5xx
+   is retried on the others;
 3. an attempt that fails before the first response byte (connect error, 502/503/504,
    first-byte timeout, connection dropped) counts a failure against the replica and
    moves on (table.py decides when failures eject it). A failure that is not the
