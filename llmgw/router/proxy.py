@@ -496,7 +496,8 @@ class Proxy:
         first_at = last_at = time.perf_counter()  # a stream's first and last event: TTFT, inter-token latency
         if sse:
             self.metrics.first_token(replica.id, first_at - started)
-            self._route_attempt(flight, ttft=first_at - started)
+            if flight.route is not None:
+                self._route_attempt(flight, ttft=first_at - started)
         length = resp.content_length
         headers = [(b"content-type", ctype.encode())]
         if sse:
