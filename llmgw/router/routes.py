@@ -167,9 +167,16 @@ class RouteRuntime:
         return [first, *(name for name, _ in rest)]
 
     # -- the guard ---------------------------------------------------------------------
+    def _judged(self, target: str) -> TargetStats | None:
+        """The window of a target the guard judges: a canary not tripped yet (nothing is kept of
+        the others, so nothing grows without a bound)."""
+        if self.record.guard is None or target == self.stable or target in self.tripped:
+            return None
+        return self.stats.get(target)
+
     def attempted(self, target: str, failed: bool, now: float | None = None) -> Trip | None:
         """An attempt on `target` ended (failed: a 5xx or no answer); a new Trip when the guard trips."""
-        stats = self.stats.get(target)
+        stats = self._judged(target)
         if stats is None:
             return None
         now = time.monotonic() if now is None else now
@@ -177,7 +184,7 @@ class RouteRuntime:
         return self._judge(target, stats, now)
 
     def first_token(self, target: str, seconds: float, now: float | None = None) -> Trip | None:
-        stats = self.stats.get(target)
+        stats = self._judged(target)
         if stats is None:
             return None
         now = time.monotonic() if now is None else now
@@ -186,8 +193,7 @@ class RouteRuntime:
 
     def _judge(self, target: str, stats: TargetStats, now: float) -> Trip | None:
         guard = self.record.guard
-        if guard is None or target == self.stable or target in self.tripped:
-            return None
+        assert guard is not None
         stats.prune(now - guard.window)
         reason = None
         if guard.max_error_ppm is not None and len(stats.attempts) >= guard.min_requests:

@@ -81,6 +81,7 @@ def test_the_guard_trips_a_canary_on_its_error_rate_and_moves_its_share() -> Non
     for i in range(9):  # below min_requests: nothing is decided, however bad
         assert route.attempted("canary", True, now=100 + i) is None
     assert route.attempted("stable", True, now=109) is None  # the stable target is never judged
+    assert not route.stats["stable"].attempts  # nor kept
     trip = route.attempted("canary", True, now=110)
     assert trip is not None and trip.target == "canary"
     assert trip.reason == ("canary broke the guard of route chat: 100.0% of its last 10 requests failed in 60 s "
@@ -92,7 +93,10 @@ def test_the_guard_trips_a_canary_on_its_error_rate_and_moves_its_share() -> Non
     assert report["targets"][1] == {"model": "canary", "weight": 10, "share": 0, "tripped": True,
                                     "reason": trip.reason}
     assert route.attempted("canary", True, now=111) is None  # tripped once
-    assert route.trips == 1
+    assert route.trips == 1 and len(route.stats["canary"].attempts) == 10  # and no longer counted
+    unguarded = RouteRuntime("chat", record())
+    unguarded.attempted("canary", True, now=1.0)
+    assert not unguarded.stats["canary"].attempts and not unguarded.tripped  # no guard: nothing kept
 
 
 def test_the_error_rate_is_over_the_window_only() -> None:
