@@ -106,6 +106,11 @@ def scale_edit(site: Site, name: str, minimum: int | None, maximum: int | None,
                          "nothing was written")
     catalog = _catalog(site)
     model = catalog.resolve(name)
+    route = catalog.resolve_route(name) if model is None else None
+    if route is not None:
+        raise UsageError(f"{name} is a weighted route: it runs no replicas of its own",
+                         hint=f"scale its models ({', '.join(t.model for t in route.routes)}), or move its traffic "
+                              f"with `llmgw shift {route.name} MODEL=PERCENT`; nothing was written")
     if model is None:
         raise UsageError(f"no model {name} in the catalog",
                          hint=f"models: {', '.join(m.name for m in catalog) or 'none'}")

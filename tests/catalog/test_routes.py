@@ -184,6 +184,15 @@ def test_shift_refusals_write_nothing(tmp_path: Path, args: tuple[str, ...], exp
     assert (root / "catalog" / "routes.yaml").read_text() == ROUTE
 
 
+def test_scale_of_a_route_points_at_its_models_and_shift(tmp_path: Path) -> None:
+    root = catalog_dir(tmp_path)
+    result = run_cli("-C", str(root), "scale", "chat", "--min", "2")
+    assert result.exit_code == 2
+    assert "chat is a weighted route: it runs no replicas of its own" in result.stderr
+    assert "scale its models (qwen3-8b, qwen3-8b-2511), or move its traffic with `llmgw shift chat " \
+        "MODEL=PERCENT`" in " ".join(result.stderr.split())
+
+
 def test_the_plan_shows_the_split_before_and_after(tmp_path: Path) -> None:
     site = write_site(tmp_path / "site")
     (site / "catalog" / "routes.yaml").write_text(
