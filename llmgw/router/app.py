@@ -275,11 +275,13 @@ def openai_errors(app: FastAPI) -> None:
         return JSONResponse(error_payload(400, str(first.get("msg"))), status_code=400)
 
 
-def _model_object(entry: ModelEntry) -> dict[str, Any]:
-    created = [r.record.created_at for r in entry.replicas if r.record.created_at is not None]
+def _model_object(entry: ModelEntry, table: RoutingTable) -> dict[str, Any]:
+    # A weighted route serves what its targets' replicas serve (routes.py); it has none of its own.
+    replicas = entry.replicas if entry.route is None else [r for e in table.chain(entry) for r in e.replicas]
+    created = [r.record.created_at for r in replicas if r.record.created_at is not None]
     return {"id": entry.name, "object": "model",
             "created": int(min(created).timestamp()) if created else 0, "owned_by": "llmgw",
-            "endpoints": served(r.record.engine for r in entry.replicas)}
+            "endpoints": served(r.record.engine for r in replicas)}
 
 
 def client_app(router: Router) -> ClientApp:
@@ -297,7 +299,7 @@ def client_app(router: Router) -> ClientApp:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         now = time.monotonic()
-        data = [_model_object(e) for e in sorted(router.table.models.values(), key=lambda e: e.name)
+        data = [_model_object(e, router.table) for e in sorted(router.table.models.values(), key=lambda e: e.name)
                 if router.answerable(e, now)]
         return {"object": "list", "data": data}
 
@@ -307,6 +309,6 @@ def client_app(router: Router) -> ClientApp:
         if entry is None or not router.answerable(entry, time.monotonic()):
             return JSONResponse(error_payload(404, f"The model `{name}` does not exist or you do not "
                                                    "have access to it.", code="model_not_found"), 404)
-        return JSONResponse(_model_object(entry))
+        return JSONResponse(_model_object(entry, router.table))
 
     return ClientApp(router, app)

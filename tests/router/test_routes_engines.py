@@ -108,6 +108,8 @@ def test_a_90_10_route_splits_a_thousand_requests_and_keeps_conversations(
     assert router.replica("qwen3-8b-2511-1")["requests"] == got[CANARY]
     assert metric(router, "llmgw_route_requests_total", route="chat", target=CANARY, status="200") == got[CANARY]
     assert metric(router, "llmgw_route_share_percent", route="chat", target=CANARY) == 10
+    listed = {m.id: m for m in clients[0].models.list()}  # the route is a model to clients, serving its targets'
+    assert listed["chat"].model_extra == listed[STABLE].model_extra and listed["chat"].model_extra
 
     def next_turns(i: int) -> bool:
         k, c = conversations[i]
