@@ -1,7 +1,8 @@
 """The catalog: which models the fleet serves, and how each may be run."""
 
 from llmgw.catalog.load import Catalog, Located, load_catalog
-from llmgw.catalog.schema import CAPABILITIES, Model, Profile, Scaling, format_duration, parse_duration
+from llmgw.catalog.routes import LocatedRoute
+from llmgw.catalog.schema import CAPABILITIES, Model, Profile, Route, Scaling, format_duration, parse_duration
 
-__all__ = ["CAPABILITIES", "Catalog", "Located", "Model", "Profile", "Scaling", "format_duration",
-           "load_catalog", "parse_duration"]
+__all__ = ["CAPABILITIES", "Catalog", "Located", "LocatedRoute", "Model", "Profile", "Route", "Scaling",
+           "format_duration", "load_catalog", "parse_duration"]

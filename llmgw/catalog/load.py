@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from llmgw import collector
-from llmgw.catalog.schema import Model
+from llmgw.catalog.routes import LocatedRoute, route_problems
+from llmgw.catalog.schema import Model, Route
 from llmgw.errors import CatalogError, Problem
 from llmgw.yamlio import MAX_FILE_BYTES, FileError, YamlSyntaxError, decode_text, line_of, loads_yaml
 
@@ -39,9 +40,14 @@ class Located:
 
 
 class Catalog:
-    """A validated catalog: models in a stable order, names and aliases resolved."""
+    """A validated catalog: models in a stable order, names and aliases resolved.
 
-    def __init__(self, entries: list[Located]) -> None:
+    Weighted routes are kept apart (`routes`): they run nothing, so everything that
+    places, fetches or scales models iterates the models alone."""
+
+    def __init__(self, entries: list[Located], routes: Iterable[LocatedRoute] = ()) -> None:
+        self.route_entries = sorted(routes, key=lambda e: e.route.name)
+        self.routes: dict[str, Route] = {e.route.name: e.route for e in self.route_entries}
         self.entries = sorted(entries, key=lambda e: e.model.name)
         self.models: dict[str, Model] = {e.model.name: e.model for e in self.entries}
         # The first entry of each name, as a scan of `entries` finds it: `where` is asked
@@ -69,6 +75,20 @@ class Catalog:
     def where(self, name: str) -> Located:
         """Where the model of that name was written; KeyError for a name not here."""
         return self._where[name]
+
+    def resolve_route(self, name: str) -> Route | None:
+        """A weighted route by its name or one of its aliases."""
+        for r in self.routes.values():
+            if name == r.name or name in r.aliases:
+                return r
+        return None
+
+    def where_route(self, name: str) -> LocatedRoute:
+        """Where the route of that name was written; KeyError for a name not here."""
+        for e in self.route_entries:
+            if e.route.name == name:
+                return e
+        raise KeyError(name)
 
 
 def catalog_files(folder: Path) -> list[Path]:
@@ -105,32 +125,45 @@ def _pydantic_problems(exc: ValidationError, doc: Any, rel: str, prefix: list[st
 
 def parse_file(path: Path, rel: str, text: str | None = None) -> tuple[list[Located], list[Problem]]:
     """One file's models, or its problems; `text` overrides the file's contents (for edits)."""
+    located, _routes, problems = parse_entries(path, rel, text)
+    return located, problems
+
+
+def parse_entries(path: Path, rel: str,
+                  text: str | None = None) -> tuple[list[Located], list[LocatedRoute], list[Problem]]:
+    """One file's models and weighted routes, or its problems; `text` as in parse_file."""
     try:
         raw = decode_text(_read_bytes(path), path) if text is None else text
         # plain: a catalog is data, so YAML tags (`!!python/object`) are refused
         doc = loads_yaml(raw, path, plain=True)
     except YamlSyntaxError as exc:
-        return [], [Problem(rel, exc.line, "", f"not valid YAML: {exc.problem}")]
+        return [], [], [Problem(rel, exc.line, "", f"not valid YAML: {exc.problem}")]
     except FileError as exc:
-        return [], [Problem(rel, exc.line, "", exc.problem)]
+        return [], [], [Problem(rel, exc.line, "", exc.problem)]
     except OSError as exc:
-        return [], [Problem(rel, 0, "", f"cannot be read: {exc.strerror}")]
+        return [], [], [Problem(rel, 0, "", f"cannot be read: {exc.strerror}")]
     if doc is None:
-        return [], []
+        return [], [], []
     if not isinstance(doc, dict):
-        return [], [Problem(rel, line_of(doc, []), "", "expected a mapping with a `models:` list")]
+        return [], [], [Problem(rel, line_of(doc, []), "", "expected a mapping with a `models:` list")]
     problems: list[Problem] = []
     located: list[Located] = []
+    routes: list[LocatedRoute] = []
     extra = sorted(str(k) for k in doc if k != "models")
     for key in extra:
         problems.append(Problem(rel, line_of(doc, [key]), key,
                                 "unknown key; a catalog file holds only `models:`"))
     models = doc.get("models", [])
     if not isinstance(models, list):
-        return [], [*problems, Problem(rel, line_of(doc, ["models"]), "models", "expected a list of models")]
+        return [], [], [*problems, Problem(rel, line_of(doc, ["models"]), "models", "expected a list of models")]
     # Each model is validated on its own, so one broken model neither hides the problems
     # of the others nor keeps the valid ones out of the cross-file checks.
     for i, item in enumerate(models):
+        if isinstance(item, dict) and "routes" in item:  # a weighted route: no source, no profiles
+            route = _parse_route(item, doc, rel, i, problems)
+            if route is not None:
+                routes.append(route)
+            continue
         try:
             model = Model.model_validate(item)
         except ValidationError as exc:
@@ -142,7 +175,23 @@ def parse_file(path: Path, rel: str, text: str | None = None) -> tuple[list[Loca
             for j in range(len(values)):
                 lines[f"{field_name}[{j}]"] = line_of(doc, ["models", i, field_name, j])
         located.append(Located(model, rel, line_of(doc, ["models", i]), i, lines))
-    return located, problems
+    return located, routes, problems
+
+
+def _parse_route(item: dict[str, Any], doc: Any, rel: str, i: int, problems: list[Problem]) -> LocatedRoute | None:
+    try:
+        route = Route.model_validate(item)
+    except ValidationError as exc:
+        problems.extend(_pydantic_problems(exc, doc, rel, prefix=["models", i]))
+        return None
+    at: list[str | int] = ["models", i]
+    lines = {key: line_of(doc, [*at, key]) for key in ("name", "fallbacks", "routes")}
+    for field_name, values in (("aliases", route.aliases), ("fallbacks", route.fallbacks)):
+        for j in range(len(values)):
+            lines[f"{field_name}[{j}]"] = line_of(doc, [*at, field_name, j])
+    for j in range(len(route.routes)):
+        lines[f"routes[{j}].model"] = line_of(doc, [*at, "routes", j, "model"])
+    return LocatedRoute(route, rel, line_of(doc, at), i, lines)
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -151,25 +200,37 @@ def _read_bytes(path: Path) -> bytes:
         return fh.read(MAX_FILE_BYTES + 1)
 
 
-def cross_check(entries: list[Located]) -> list[Problem]:
-    """Rules that span files: unique names and aliases, fallbacks that exist and do not loop."""
+def cross_check(entries: list[Located], routes: Iterable[LocatedRoute] = ()) -> list[Problem]:
+    """Rules that span files: unique names and aliases, fallbacks that exist and do not loop,
+    route targets that are models."""
     problems: list[Problem] = []
-    owner: dict[str, tuple[Located, str]] = {}
-    for e in entries:
-        for key, name in [("name", e.model.name)] + [(f"aliases[{j}]", a) for j, a in enumerate(e.model.aliases)]:
+    routes = list(routes)
+    owner: dict[str, tuple[Located | LocatedRoute, str]] = {}
+    every: list[Located | LocatedRoute] = [*entries, *routes]
+    for e in every:
+        own, aliases = (e.model.name, e.model.aliases) if isinstance(e, Located) else (e.route.name, e.route.aliases)
+        for key, name in [("name", own)] + [(f"aliases[{j}]", a) for j, a in enumerate(aliases)]:
             if name in owner:
                 first, first_key = owner[name]
+                what = (f"model {first.model.name!r}" if isinstance(first, Located)
+                        else f"route {first.route.name!r}")
                 problems.append(Problem(
                     e.file, e.line_at(key), f"models[{e.index}].{key}",
-                    f"{name!r} is already used by model {first.model.name!r} at "
-                    f"{first.file}:{first.line_at(first_key)}; names and aliases must be unique across the catalog"))
+                    f"{name!r} is already used by {what} at {first.file}:{first.line_at(first_key)}; names and "
+                    "aliases must be unique across the catalog"))
             else:
                 owner[name] = (e, key)
-    canonical = {n: o.model.name for n, (o, _) in owner.items()}
+    canonical = {n: o.model.name for n, (o, _) in owner.items() if isinstance(o, Located)}
+    routed = {n: o.route.name for n, (o, _) in owner.items() if isinstance(o, LocatedRoute)}
+    problems.extend(route_problems(routes, canonical, routed))
     for e in entries:
         for j, fb in enumerate(e.model.fallbacks):
             target = canonical.get(fb)
-            if target is None:
+            if fb in routed:
+                problems.append(Problem(
+                    e.file, e.line_at(f"fallbacks[{j}]"), f"models[{e.index}].fallbacks[{j}]",
+                    f"{fb!r} is a weighted route, not a model; fall back to one of its models instead"))
+            elif target is None:
                 problems.append(Problem(
                     e.file, e.line_at(f"fallbacks[{j}]"), f"models[{e.index}].fallbacks[{j}]",
                     f"{fb!r} is not a model in the catalog; add it or remove the fallback"))
@@ -223,6 +284,7 @@ def load_catalog(folder: Path, *, root: Path | None = None,
     files = set(catalog_files(folder))
     override = {p.resolve(): t for p, t in (override or {}).items()}
     entries: list[Located] = []
+    routes: list[LocatedRoute] = []
     problems: list[Problem] = []
     # A pull request can commit a symbolic link (catalog/x.yaml -> /etc/shadow): read only
     # files that are inside the catalog folder once links are followed.
@@ -244,11 +306,12 @@ def load_catalog(folder: Path, *, root: Path | None = None,
                 rel = str(path.relative_to(root.resolve()))
             except ValueError:
                 rel = str(path)
-            located, probs = parse_file(path, rel, override.get(path))
+            located, found, probs = parse_entries(path, rel, override.get(path))
             entries.extend(located)
+            routes.extend(found)
             problems.extend(probs)
         # Inside the pause too: the collector's passes over the parsed models landed here (a tenth).
-        problems.extend(cross_check(entries))
+        problems.extend(cross_check(entries, routes))
         if problems:
             raise CatalogError(problems)
-        return Catalog(entries)
+        return Catalog(entries, routes)

@@ -263,3 +263,84 @@ class Model(BaseModel):
                 raise ValueError(f"profile {p.name!r} is listed twice; profile names must be unique")
             seen.add(p.name)
         return self
+
+
+# -- weighted routes (docs/routes.md) -----------------------------------------------------
+# A served name that splits its traffic between models, for canaries and rollouts: an
+# entry with `name` and `routes:` in place of a source and profiles. It runs nothing of
+# its own; the router picks a target per API key and conversation (llmgw/router/routes.py).
+MAX_ROUTE_TARGETS = 16
+
+
+def _duration_seconds(value: object) -> float:
+    """`max_ttft_p90`: a number of seconds (fractions allowed) or a duration such as 2s."""
+    if isinstance(value, bool):
+        raise ValueError("true/false is not a duration; write it like 1.5 or 2s")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("ms") and text[:-2].replace(".", "", 1).isdigit():
+            return float(text[:-2]) / 1000
+        return float(parse_duration(text))
+    raise ValueError(f"{value!r} is not a duration; write it like 1.5, 1500ms or 2s")
+
+
+class RouteTarget(BaseModel):
+    """One model a route sends a share of its traffic to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: Name
+    # A whole percentage of the route's traffic. 0 keeps the target in the route with no
+    # share (it is still tried after the others when they cannot answer), which is where
+    # `llmgw shift` leaves the old model at the end of a rollout.
+    weight: Annotated[Count, Field(ge=0, le=100)]
+
+
+class RouteGuard(BaseModel):
+    """When a canary (every target but the largest) breaks a limit over `window`, the router
+    sends its share to the stable target (the largest weight) until the route changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The share of the canary's requests that failed (an engine 5xx or no answer): 0.05 is 5 %.
+    max_error_rate: Annotated[Number | None, Field(gt=0, le=1, allow_inf_nan=False)] = None
+    # The 90th percentile of the canary's time to first token (streams), in seconds.
+    max_ttft_p90: Annotated[float | None, BeforeValidator(_duration_seconds),
+                            Field(gt=0, le=3600, allow_inf_nan=False)] = None
+    window: Annotated[int, BeforeValidator(parse_duration), Field(ge=1, le=86_400)] = 60
+    # Fewer requests than this in the window decide nothing (one failure is not a rate).
+    min_requests: Annotated[Count, Field(ge=1, le=1_000_000)] = 20
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> RouteGuard:
+        if self.max_error_rate is None and self.max_ttft_p90 is None:
+            raise ValueError("a guard needs max_error_rate or max_ttft_p90 (or both); add one, or remove the guard")
+        return self
+
+
+class Route(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: Name
+    aliases: list[Name] = Field(default_factory=list)
+    routes: Annotated[list[RouteTarget], Field(min_length=1, max_length=MAX_ROUTE_TARGETS)]
+    fallbacks: list[Name] = Field(default_factory=list)
+    guard: RouteGuard | None = None
+
+    @model_validator(mode="after")
+    def _split(self) -> Route:
+        seen: set[str] = set()
+        for t in self.routes:
+            if t.model in seen:
+                raise ValueError(f"routes: {t.model!r} is listed twice; each model once, with its whole share")
+            seen.add(t.model)
+        total = sum(t.weight for t in self.routes)
+        if total != 100:
+            raise ValueError(f"routes: the weights add up to {total}, not 100; they are percentages of the "
+                             "route's traffic: " + ", ".join(f"{t.model} {t.weight}" for t in self.routes))
+        return self
+
+    @property
+    def stable(self) -> str:
+        """The target with the largest weight (the first listed of equals): where a guard sends
+        a failing canary's share."""
+        return max(self.routes, key=lambda t: t.weight).model

@@ -44,6 +44,7 @@ VERBS: dict[str, str] = {
     "uncordon": "edit_cmd",
     "drain": "edit_cmd",
     "scale": "edit_cmd",
+    "shift": "shift_cmd",
     "model": "edit_cmd",
     "status": "views_cmd",
     "models": "views_cmd",

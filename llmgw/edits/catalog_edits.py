@@ -1,4 +1,4 @@
-"""`llmgw scale` and `llmgw model add/remove`: edits of the catalog files.
+"""`llmgw scale`, `llmgw shift` and `llmgw model add/remove`: edits of the catalog files.
 
 Each edit changes only what it names (proven by `yamltext.prove`) and the whole catalog
 must load with it made; anything else is refused with nothing written. A refusal names
@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llmgw.catalog import Catalog, Model, format_duration, load_catalog, parse_duration
-from llmgw.catalog.load import cross_check, parse_file
+from llmgw.catalog import Catalog, Model, Route, format_duration, load_catalog, parse_duration
+from llmgw.catalog.load import cross_check, parse_entries
 from llmgw.edits.yamltext import FileEdit, at_path, is_content, parse_yaml, prove, remove_item, set_key
 from llmgw.errors import CatalogError, LlmgwError, Problem, UsageError
 from llmgw.site import Site
@@ -48,9 +48,11 @@ def _validate(site: Site, edit: FileEdit, relocate: Callable[[Problem], Problem]
     rel = _rel(site, edit.path)
     problems: list[Problem] = []
     if edit.after is not None:
-        located, problems = parse_file(edit.path, rel, edit.after)
+        located, routes, problems = parse_entries(edit.path, rel, edit.after)
         if not problems and edit.before is None:
-            problems = [p for p in cross_check([*_catalog(site).entries, *located]) if p.file == rel]
+            have = _catalog(site)
+            problems = [p for p in cross_check([*have.entries, *located], [*have.route_entries, *routes])
+                        if p.file == rel]
     if problems and relocate is not None:
         found = [relocate(p) for p in problems]
         n = len(found)
@@ -104,6 +106,11 @@ def scale_edit(site: Site, name: str, minimum: int | None, maximum: int | None,
                          "nothing was written")
     catalog = _catalog(site)
     model = catalog.resolve(name)
+    route = catalog.resolve_route(name) if model is None else None
+    if route is not None:
+        raise UsageError(f"{name} is a weighted route: it runs no replicas of its own",
+                         hint=f"scale its models ({', '.join(t.model for t in route.routes)}), or move its traffic "
+                              f"with `llmgw shift {route.name} MODEL=PERCENT`; nothing was written")
     if model is None:
         raise UsageError(f"no model {name} in the catalog",
                          hint=f"models: {', '.join(m.name for m in catalog) or 'none'}")
@@ -146,6 +153,90 @@ def scale_edit(site: Site, name: str, minimum: int | None, maximum: int | None,
     prove(path, before, after, expect)
     edit = FileEdit(path, before, after)
     return Scaled(edit, _validate(site, edit).models[model.name])
+
+
+@dataclass(frozen=True)
+class Shifted:
+    """What `shift` did: the edit (None: the catalog already splits so), the route before and after."""
+
+    edit: FileEdit | None
+    before: Route
+    after: Route
+
+
+def split_of(route: Route) -> str:
+    """`qwen3-8b 90%, qwen3-8b-2511 10%`: the route's split as the catalog says it."""
+    return ", ".join(f"{t.model} {t.weight}%" for t in route.routes)
+
+
+def _wanted_split(route: Route, wanted: dict[str, int]) -> dict[str, int]:
+    """Every target's new weight: the named ones as given; when exactly one target is not named,
+    it takes what is left of 100; otherwise the others keep theirs, and the whole must be 100."""
+    targets = [t.model for t in route.routes]
+    unknown = [m for m in wanted if m not in targets]
+    if unknown:
+        raise UsageError(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a target of route "
+                         f"{route.name} (its targets: {', '.join(targets)}); nothing was written",
+                         hint="add a target by editing the route's `routes:` in the catalog")
+    new = {t.model: wanted.get(t.model, t.weight) for t in route.routes}
+    rest = [m for m in targets if m not in wanted]
+    named = sum(wanted.values())
+    if len(rest) == 1 and named <= 100:
+        new[rest[0]] = 100 - named
+    total = sum(new.values())
+    if total != 100:
+        raise UsageError(f"the split would add up to {total}%, not 100%: "
+                         + ", ".join(f"{m}={w}" for m, w in new.items()) + "; nothing was written",
+                         hint="name every target's percentage, or leave exactly one out to take the rest")
+    return new
+
+
+def parse_shares(args: tuple[str, ...]) -> dict[str, int]:
+    """`MODEL=PERCENT` arguments (`qwen3-8b=50`, `qwen3-8b-2511=50%`) as a mapping."""
+    if not args:
+        raise UsageError("give at least one MODEL=PERCENT (for example qwen3-8b-2511=50)")
+    out: dict[str, int] = {}
+    for arg in args:
+        model, eq, pct = arg.partition("=")
+        pct = pct.strip().removesuffix("%")
+        if not eq or not model or not pct.isdigit() or not 0 <= int(pct) <= 100:
+            raise UsageError(f"{arg!r} is not MODEL=PERCENT with a whole percentage from 0 to 100 "
+                             "(for example qwen3-8b-2511=50); nothing was written")
+        if model in out:
+            raise UsageError(f"{model} is named twice; give each target once; nothing was written")
+        out[model] = int(pct)
+    return out
+
+
+def shift_edit(site: Site, name: str, wanted: dict[str, int]) -> Shifted:
+    """Set the weights of route NAME's targets: only their `weight:` values change in the file."""
+    catalog = _catalog(site)
+    route = catalog.resolve_route(name)
+    if route is None:
+        model = catalog.resolve(name)
+        why = (f"{name} is a model, not a weighted route" if model is not None
+               else f"no weighted route {name} in the catalog")
+        raise UsageError(why, hint=f"routes: {', '.join(catalog.routes) or 'none (docs/routes.md makes one)'}")
+    new = _wanted_split(route, wanted)
+    if all(new[t.model] == t.weight for t in route.routes):
+        return Shifted(None, route, route)
+    where = catalog.where_route(route.name)
+    path = (site.root / where.file).resolve()
+    before = path.read_text(encoding="utf-8")
+    after = before
+    at: tuple[str | int, ...] = ("models", where.index)
+    for j, t in enumerate(route.routes):
+        if new[t.model] != t.weight:
+            after = set_key(after, path, (*at, "routes", j), "weight", str(new[t.model]))
+
+    def expect(data: Any) -> Any:
+        for item in at_path(data, at)["routes"]:
+            item["weight"] = new[item["model"]]
+        return data
+
+    prove(path, before, after, expect)
+    edit = FileEdit(path, before, after)
+    return Shifted(edit, route, _validate(site, edit).routes[route.name])
 
 
 def _as_catalog_text(text: str, source: Path) -> tuple[str, list[str], Callable[[Problem], Problem]]:

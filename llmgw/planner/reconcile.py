@@ -37,6 +37,7 @@ from llmgw.planner import schema
 from llmgw.planner.fleet import MB_PER_GB, Fleet, NodeView, fmt_gb
 from llmgw.planner.inputs import PlanInputs
 from llmgw.planner.placement import Choice, Need, Verdict, choose, rejections, verdicts
+from llmgw.planner.routes import route_change, route_record, split_text
 from llmgw.planner.schema import replica_sort_key
 from llmgw.planner.spec import endpoint_url, parse_unit, spec_hash, unit_name
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
@@ -94,6 +95,7 @@ def _record_change(old: ModelRecord, new: ModelRecord) -> str:
         a, b = getattr(old.scaling, key), getattr(new.scaling, key)
         if a != b:
             parts.append(f"scaling.{key} {a} -> {b}")
+    parts.extend(route_change(old.route, new.route))  # weighted routes: the split before -> after
     return "; ".join(parts)
 
 
@@ -507,7 +509,8 @@ class _Planner:
             rnd += 1
 
     def _finish(self) -> schema.Plan:
-        records = [_record(m) for m in self.catalog]
+        records = sorted([*(_record(m) for m in self.catalog), *map(route_record, self.catalog.routes.values())],
+                         key=lambda r: r.name)
         old = {m.name: m for m in self.state.models}
         touched = {a.model for a in self.actions}
         updates = []
@@ -515,7 +518,8 @@ class _Planner:
             prev = old.get(rec.name)
             if prev is None and rec.name not in touched:
                 updates.append(schema.Action(action="update", replica=None, model=rec.name, code="model_new",
-                                      reason="new in the catalog; the routers learn of it"))
+                                      reason="new in the catalog; the routers learn of it"
+                                             + (f" (a route: split {split_text(rec.route)})" if rec.route else "")))
             elif prev is not None and prev != rec and rec.name not in touched:
                 updates.append(schema.Action(action="update", replica=None, model=rec.name, code="model_changed",
                                       reason=_record_change(prev, rec)))

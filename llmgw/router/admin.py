@@ -63,7 +63,14 @@ def replica_json(r: ReplicaRuntime, now: float) -> dict[str, Any]:
     return out
 
 
-def model_json(router: Router, e: ModelEntry) -> dict[str, Any]:
+async def _route_notes(router: Router) -> list[str]:
+    """A line per canary a weighted route's guard tripped, in any worker (routes.py)."""
+    trips = await router.route_trips()
+    return [e.route.note(target) for e in router.table.models.values() if e.route is not None
+            for target in sorted(trips.get(e.name, ()))]
+
+
+def model_json(router: Router, e: ModelEntry, route_trips: set[str] | None = None) -> dict[str, Any]:
     now = time.monotonic()
     counts = {"starting": 0, "ready": 0, "draining": 0}
     for r in e.replicas:
@@ -80,6 +87,8 @@ def model_json(router: Router, e: ModelEntry) -> dict[str, Any]:
     }
     if used:
         out["last_used"] = _iso(max(used))
+    if e.route is not None:  # a weighted route: its split in force and what its guard found (routes.py)
+        out["route"] = e.route.report(route_trips)
     return out
 
 
@@ -172,7 +181,8 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     async def replicas() -> dict[str, Any]:
         t, now = router.table, time.time()
         # router.serial: with several workers, the lowest any of them routes by
-        return {"serial": router.serial, "replicas": [replica_json(r, now) for r in t.replicas.values()]}
+        return {"serial": router.serial, "replicas": [replica_json(r, now) for r in t.replicas.values()],
+                "notes": await _route_notes(router)}  # `llmgw status` shows them
 
     @app.get("/api/v1/replicas/{replica_id}")
     async def replica(replica_id: str) -> JSONResponse:
@@ -184,9 +194,10 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
 
     @app.get("/api/v1/models")
     async def models() -> dict[str, Any]:
-        t = router.table
+        t, trips = router.table, await router.route_trips()
         return {"serial": router.serial,
-                "models": [model_json(router, e) for e in sorted(t.models.values(), key=lambda e: e.name)]}
+                "models": [model_json(router, e, trips.get(e.name)) for e in sorted(t.models.values(),
+                                                                               key=lambda e: e.name)]}
 
     @app.get("/api/v1/usage")
     async def usage(day: str | None = None) -> dict[str, Any]:

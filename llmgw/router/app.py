@@ -69,6 +69,9 @@ class Peers(Protocol):
     async def render_metrics(self, own: RouterMetrics) -> bytes:
         """/metrics for the router as a whole: `own` (this process) merged with every worker's."""
 
+    async def merged_metrics(self, own: RouterMetrics) -> RouterMetrics:
+        """The counts behind render_metrics: `own` and every worker's, merged."""
+
     async def flush_usage(self) -> None:
         """Every worker's counted usage written to the store."""
 
@@ -163,6 +166,14 @@ class Router:
             return await self.peers.render_metrics(self.metrics)
         return self.metrics.render()
 
+    async def route_trips(self) -> dict[str, set[str]]:
+        """Per weighted route, the canaries its guard tripped in this process or any worker (routes.py)."""
+        routes = [e for e in self.table.models.values() if e.route is not None]
+        if not routes:  # the usual case: no worker is asked (apply polls /api/v1/replicas while it drains)
+            return {}
+        metrics = self.metrics if self.peers is None else await self.peers.merged_metrics(self.metrics)
+        return {e.name: metrics.tripped_targets(e.route) for e in routes if e.route is not None}
+
     # -- state ---------------------------------------------------------------------------
     def _runtime(self, record: Replica, live: Collection[str]) -> ReplicaRuntime:
         assert self.shared is not None
@@ -170,7 +181,8 @@ class Router:
 
     def apply_state(self, state: State) -> None:
         old = self.table
-        self.table = RoutingTable(state, old.replicas, self._runtime if self.shared is not None else None)
+        self.table = RoutingTable(state, old.replicas, self._runtime if self.shared is not None else None,
+                                  routes=old.routes)  # weighted routes keep their guard findings (routes.py)
         if self.shared is not None:
             self.shared.routing_by(state.serial)
         if old.serial != state.serial or old.lineage != state.lineage:
@@ -287,11 +299,13 @@ def openai_errors(app: FastAPI) -> None:
         return JSONResponse(error_payload(400, str(first.get("msg"))), status_code=400)
 
 
-def _model_object(entry: ModelEntry) -> dict[str, Any]:
-    created = [r.record.created_at for r in entry.replicas if r.record.created_at is not None]
+def _model_object(entry: ModelEntry, table: RoutingTable) -> dict[str, Any]:
+    # A weighted route serves what its targets' replicas serve (routes.py); it has none of its own.
+    replicas = entry.replicas if entry.route is None else [r for e in table.chain(entry) for r in e.replicas]
+    created = [r.record.created_at for r in replicas if r.record.created_at is not None]
     return {"id": entry.name, "object": "model",
             "created": int(min(created).timestamp()) if created else 0, "owned_by": "llmgw",
-            "endpoints": served(r.record.engine for r in entry.replicas)}
+            "endpoints": served(r.record.engine for r in replicas)}
 
 
 def client_app(router: Router) -> ClientApp:
@@ -309,7 +323,7 @@ def client_app(router: Router) -> ClientApp:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         now = time.monotonic()
-        data = [_model_object(e) for e in sorted(router.table.models.values(), key=lambda e: e.name)
+        data = [_model_object(e, router.table) for e in sorted(router.table.models.values(), key=lambda e: e.name)
                 if router.answerable(e, now)]
         return {"object": "list", "data": data}
 
@@ -319,6 +333,6 @@ def client_app(router: Router) -> ClientApp:
         if entry is None or not router.answerable(entry, time.monotonic()):
             return JSONResponse(error_payload(404, f"The model `{name}` does not exist or you do not "
                                                    "have access to it.", code="model_not_found"), 404)
-        return JSONResponse(_model_object(entry))
+        return JSONResponse(_model_object(entry, router.table))
 
     return ClientApp(router, app)

@@ -46,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from llmgw.router import admission_metrics
+from llmgw.router.routes import RouteRuntime
 from llmgw.router.table import RoutingTable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -103,6 +104,24 @@ HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
 # Admission's queue (admission_metrics.py names them and documents them).
 COUNTERS.update(admission_metrics.COUNTERS)
 HISTOGRAMS.update(admission_metrics.HISTOGRAMS)
+
+# Weighted routes (routes.py, docs/routes.md): per route and target, both names from the state.
+COUNTERS.update({
+    "route_requests": ("Attempts on each target of a weighted route, by the engine's HTTP status (failed: no "
+                       "answer)", ("route", "target", "status")),
+    "route_errors": ("Failed attempts on each target of a weighted route (an engine 5xx, or no answer)",
+                     ("route", "target")),
+    # `generation`: which version of the route (its split and its targets' replicas) the trip was in,
+    # so the /metrics of a router with several workers knows which canaries any of them tripped now.
+    "route_guard_trips": ("Canaries whose route guard tripped, sending their share to the stable target",
+                          ("route", "target", "generation")),
+})
+HISTOGRAMS.update({
+    "route_time_to_first_token_seconds": ("Streams: time from request to the first event, per route target",
+                                          ("route", "target"), BUCKETS),
+    "route_inter_token_latency_seconds": ("Streams: first to last event over completion tokens - 1, per route "
+                                          "target", ("route", "target"), ITL_BUCKETS),
+})
 
 
 class RouterMetrics(Collector):
@@ -166,6 +185,38 @@ class RouterMetrics(Collector):
     def reject(self, reason: str) -> None:
         self._count("rejected_requests", (reason,))
 
+    # -- weighted routes (routes.py) -----------------------------------------------------
+    def _route(self, route: str, target: str) -> tuple[str, str]:
+        entry = self.table().models.get(route)
+        if entry is None or entry.route is None:
+            return UNKNOWN, UNKNOWN
+        return route, target if target in entry.route.stats else UNKNOWN
+
+    def tripped_targets(self, route: RouteRuntime) -> set[str]:
+        """The targets of `route` tripped in this process or in any worker whose counts were absorbed."""
+        trips = self.counters["route_guard_trips"]
+        return set(route.tripped) | {t for t in route.targets if trips.get((route.name, t, route.generation))}
+
+    def route_attempt(self, route: str, target: str, status: str) -> None:
+        """An attempt on a route's target ended: `status` is the engine's, or "failed" (no answer)."""
+        key = self._route(route, target)
+        self._count("route_requests", (*key, status))
+        if status == "failed" or status.startswith("5"):
+            self._count("route_errors", key)
+
+    def route_first_token(self, route: str, target: str, seconds: float) -> None:
+        self._observe("route_time_to_first_token_seconds", self._route(route, target), seconds)
+
+    def route_stream_done(self, route: str, target: str, first_to_last: float, completion: int) -> None:
+        if completion > 1:
+            self._observe("route_inter_token_latency_seconds", self._route(route, target),
+                          first_to_last / (completion - 1))
+
+    def route_tripped(self, route: str, target: str) -> None:
+        entry = self.table().models.get(route)
+        generation = entry.route.generation if entry is not None and entry.route is not None else UNKNOWN
+        self._count("route_guard_trips", (*self._route(route, target), generation))
+
     # -- across processes ----------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Counters and histograms as JSON-able lists (another process `absorb`s them)."""
@@ -215,6 +266,21 @@ class RouterMetrics(Collector):
         for key, n in sorted(admission_metrics.queue_lengths(self.counters).items()):
             queued.add_metric(list(key), max(n, 0))
         yield queued
+        yield from self._routes()
+
+    def _routes(self) -> Iterator[Metric]:
+        """Each route's split in force (a tripped canary's share is on the stable target)."""
+        share = GaugeMetricFamily("llmgw_route_share_percent", "The share of a weighted route's new requests "
+                                  "each target gets now, in percent", labels=["route", "target"])
+        tripped = GaugeMetricFamily("llmgw_route_guard_tripped", "1 when the target broke its route's guard "
+                                    "and lost its share until the route changes", labels=["route", "target"])
+        for entry in self.table().models.values():
+            if entry.route is not None:
+                out = self.tripped_targets(entry.route)
+                for target, pct in entry.route.shares(out):
+                    share.add_metric([entry.name, target], pct)
+                    tripped.add_metric([entry.name, target], 1 if target in out else 0)
+        yield from (share, tripped)
 
     def _replicas(self) -> Iterator[Metric]:
         t = self.table()

@@ -10,7 +10,9 @@ The path of a request:
    engine generates no more than was counted;
 2. resolve the model (aliases), then walk the model and its fallbacks in order, each
    with its replicas least-loaded first; an on-demand model with nothing running is
-   started and the request held until it can answer;
+   started and the request held until it can answer. A weighted route walks its targets,
+   the one this key and conversation are placed on first (routes.py), and a canary's 5xx
+   is retried on the others;
 3. an attempt that fails before the first response byte (connect error, 502/503/504,
    first-byte timeout, connection dropped) counts a failure against the replica and
    moves on (table.py decides when failures eject it). A failure that is not the
@@ -62,15 +64,19 @@ from llmgw.router.ondemand import HeldStream, OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
 from llmgw.router.principal import Principal
 from llmgw.router.quotas import Budget, Quotas, completion_budget
+from llmgw.router.routes import RouteRuntime
 from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner
-from llmgw.router.table import EjectionPolicy, ModelEntry, ReplicaRuntime, RoutingTable
+from llmgw.router.table import ChainView, EjectionPolicy, ModelEntry, ReplicaRuntime, RoutingTable
 from llmgw.router.usage import Clock, UsageRecorder
 from llmgw.store.model import Priority
 
 log = logging.getLogger("llmgw.router")
 
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
+# A weighted route's canary that answers any 5xx is retried on the other targets (the stable
+# one first): a canary's failure must not reach the client while the stable model can answer.
+_CANARY_RETRYABLE = frozenset(range(500, 600))
 _MAX_KEEP = 32 * 1024 * 1024  # largest plain body kept to read its usage
 _CLIENT_CLOSED = 499
 _USAGE_KEY = '"usage"'
@@ -134,7 +140,7 @@ class Flight:
     quick requests never need one.
     """
 
-    __slots__ = ("call", "deadline", "done", "reason", "receive", "slot", "started", "task", "watcher")
+    __slots__ = ("call", "deadline", "done", "reason", "receive", "route", "slot", "started", "task", "watcher")
 
     def __init__(self, task: asyncio.Task[Any] | None, receive: Receive, started: float, call: Call) -> None:
         self.call = call  # what differs per endpoint: body, engine path, pinned replica
@@ -146,6 +152,7 @@ class Flight:
         self.done = False  # the response is complete: a disconnect now is the normal end
         self.watcher: asyncio.Task[None] | None = None
         self.slot: Slot | None = None  # its hold on one of the model's slots (admission.py)
+        self.route: tuple[RouteRuntime, str] | None = None  # a weighted route and the target now tried
 
     def cancel(self, reason: str) -> None:
         if self.reason is None and not self.done and self.task is not None:
@@ -279,7 +286,9 @@ class Proxy:
                 raise RouterError(404, f"The model `{name}` does not exist or you do not have access to it.",
                                   code="model_not_found", param="model")
             label = entry.name
-            table = call.restrict(table, entry)
+            # A weighted route: its targets in this key's and conversation's order (routes.py).
+            table = call.restrict(table, entry) if entry.route is None else \
+                self._route_view(table, entry, principal, call)
             if req.get("stream") is True and any(e.on_demand for e in table.chain(entry)):
                 send = HeldStream(send)  # SSE comments while a replica starts (ondemand.py); else passes through
             budget = completion_budget(req, call.endpoint.path, self.settings)  # a 400 if not integers
@@ -335,6 +344,44 @@ class Proxy:
             elif f.watcher is None and not f.done and now - f.started >= WATCH_AFTER:
                 f.watcher = asyncio.create_task(f.watch())
 
+    def _route_view(self, table: RoutingTable, entry: ModelEntry, principal: Principal, call: Call) -> RoutingTable:
+        """What a request for a weighted route may try: the target its key and conversation fall
+        on, then the other targets, each with its fallbacks and restricted to the endpoint as a
+        model's chain is, then the route's fallbacks."""
+        route = entry.route
+        assert route is not None
+        pin = call.pin
+        if pin is not None and pin.model in route.stats:  # a response kept by one target's replica
+            return call.restrict(table, table.models[pin.model])
+        refusals: list[RouterError] = []
+
+        def chain(target: ModelEntry) -> list[ModelEntry]:
+            try:
+                return call.restrict(table, target).chain(target)
+            except RouterError as err:  # this target serves no replica of the endpoint: the others may
+                refusals.append(err)
+                return []
+
+        found = table.route_chain(entry, route.order(principal.key_id, call.endpoint.key, call.req), chain)
+        if not found and refusals:
+            raise refusals[0]
+        return ChainView(found)
+
+    def _route_attempt(self, flight: Flight, failed: bool | None = None, ttft: float | None = None) -> None:
+        """A weighted route's per-target counts and guard (routes.py): an attempt ended (`failed`),
+        or its stream's first token came (`ttft`)."""
+        if flight.route is None:
+            return
+        route, target = flight.route
+        if ttft is not None:
+            trip = route.first_token(target, ttft)
+            self.metrics.route_first_token(route.name, target, ttft)
+        else:
+            trip = route.attempted(target, bool(failed))
+        if trip is not None:
+            log.warning("%s", trip.reason)
+            self.metrics.route_tripped(route.name, target)
+
     async def _route(self, table: RoutingTable, entry: ModelEntry, req: dict[str, Any], raw: bytes,
                      path: str, usage_capable: bool, principal: Principal, send: Send,
                      started: float, flight: Flight, budget: Budget | None) -> int:
@@ -368,13 +415,25 @@ class Proxy:
                     body = bodies.get(target.name)
                     if body is None:
                         body = bodies[target.name] = upstream_body(req, raw, target.name, inject, budget)
+                    route = entry.route
+                    flight.route = (route, target.name) if route is not None and target.name in route.stats \
+                        else None
+                    retry = _CANARY_RETRYABLE if route is not None and flight.route is not None \
+                        and target.name != route.stable else _RETRYABLE_STATUS
                     try:
-                        return await self._attempt(replica, target.name, path, body, inject, principal, send,
-                                                   started, flight, fresh=fresh, deadline=deadline)
+                        status = await self._attempt(replica, target.name, path, body, inject, principal, send,
+                                                     started, flight, fresh=fresh, deadline=deadline, retry=retry)
+                        if flight.route is not None:
+                            self.metrics.route_attempt(flight.route[0].name, flight.route[1], str(status))
+                            self._route_attempt(flight, failed=status >= 500)
+                        return status
                     except _Stale:
                         fresh = True  # the same replica may be picked again: it did nothing wrong
                     except _Retry:
                         tried.add(replica.id)
+                        if flight.route is not None:
+                            self.metrics.route_attempt(flight.route[0].name, flight.route[1], "failed")
+                            self._route_attempt(flight, failed=True)
                     except _Deadline:
                         tried.add(replica.id)
                         raise RouterError(504, f"no replica of {entry.name!r} answered within "
@@ -388,7 +447,8 @@ class Proxy:
 
     async def _attempt(self, replica: ReplicaRuntime, model: str, path: str, body: bytes, strip: bool,
                        principal: Principal, send: Send, started: float, flight: Flight, *,
-                       fresh: bool = False, deadline: float = _NEVER) -> int:
+                       fresh: bool = False, deadline: float = _NEVER,
+                       retry: frozenset[int] = _RETRYABLE_STATUS) -> int:
         settings = self.settings
         replica.begin()
         resp: aiohttp.ClientResponse | None = None
@@ -399,7 +459,7 @@ class Proxy:
                 method, url, data, headers = flight.call.upstream(replica, body)
                 headers = self.engine_keys.authorize(replica.id, headers)  # engines answer only the router
                 resp = await session.request(method, url, data=data, headers=headers)
-                if resp.status in _RETRYABLE_STATUS:
+                if resp.status in retry:
                     await resp.read()
                     raise _Retry(f"answered {resp.status}")
                 first = await resp.content.readany()
@@ -470,6 +530,8 @@ class Proxy:
         first_at = last_at = time.perf_counter()  # a stream's first and last event: TTFT, inter-token latency
         if sse:
             self.metrics.first_token(replica.id, first_at - started)
+            if flight.route is not None:
+                self._route_attempt(flight, ttft=first_at - started)
         length = resp.content_length
         headers = [(b"content-type", ctype.encode())]
         if sse:
@@ -541,6 +603,9 @@ class Proxy:
             self._account(principal, model, flight.call.billable(usage), replica.id, flight)
             if sse:
                 self.metrics.stream_done(replica.id, last_at - first_at, _tokens(usage)[1])
+                if flight.route is not None:
+                    self.metrics.route_stream_done(flight.route[0].name, flight.route[1], last_at - first_at,
+                                                   _tokens(usage)[1])
         return resp.status
 
     def _account(self, principal: Principal, model: str, usage: dict[str, Any] | None, replica_id: str,

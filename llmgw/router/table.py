@@ -16,12 +16,14 @@ ejected the proxy tries them anyway (panic mode) rather than answer 503 to every
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
 from llmgw.router.balance import Ring, pick_by_prefix
+from llmgw.router.routes import RouteRuntime
 from llmgw.state import ModelRecord, Replica, State
 
 # busy: alive but saturated (its health check is slow, or says no slot is free): still routed to.
@@ -140,6 +142,7 @@ class ModelEntry:
     replicas: list[ReplicaRuntime] = field(default_factory=list)
     rotation: int = 0  # spreads ties between equally loaded replicas
     ring: Ring | None = field(default=None, repr=False)  # prefix-affinity's hash ring, made on first use
+    route: RouteRuntime | None = field(default=None, repr=False)  # a weighted route (routes.py): no replicas
 
     @property
     def name(self) -> str:
@@ -147,7 +150,8 @@ class ModelEntry:
 
     @property
     def on_demand(self) -> bool:
-        return self.record.scaling.min == 0
+        """Started by a request when nothing runs; never a route, which has nothing of its own to start."""
+        return self.record.scaling.min == 0 and self.route is None
 
     def routable(self, now: float) -> list[ReplicaRuntime]:
         return [r for r in self.replicas if r.routable(now)]
@@ -214,8 +218,10 @@ class RoutingTable:
     """An immutable view of one state serial; lookups by name or alias."""
 
     def __init__(self, state: State, previous: dict[str, ReplicaRuntime] | None = None,
-                 runtime: Callable[[Replica, Collection[str]], ReplicaRuntime] | None = None) -> None:
-        """`runtime(record, live_ids)` makes a new replica's runtime (shared.py's with workers)."""
+                 runtime: Callable[[Replica, Collection[str]], ReplicaRuntime] | None = None,
+                 routes: dict[str, tuple[tuple[object, ...], RouteRuntime]] | None = None) -> None:
+        """`runtime(record, live_ids)` makes a new replica's runtime (shared.py's with workers);
+        `routes` are the previous table's route runtimes (`self.routes`), kept where unchanged."""
         previous = previous or {}
         live = [r.id for r in state.replicas]
         self.serial = state.serial
@@ -238,6 +244,26 @@ class RoutingTable:
             entry = self.models.get(rec.model)
             if entry is not None:
                 entry.replicas.append(rt)
+        self.routes = self._routes(routes or {})
+
+    def _routes(self, previous: dict[str, tuple[tuple[object, ...], RouteRuntime]]
+                ) -> dict[str, tuple[tuple[object, ...], RouteRuntime]]:
+        """A runtime per weighted route. A route's guard findings last while the route and its
+        targets' replicas stay as they were (routes.py): a new split, or a canary replaced, starts afresh."""
+        out: dict[str, tuple[tuple[object, ...], RouteRuntime]] = {}
+        for m in self.models.values():
+            record = m.record.route
+            if record is None:
+                continue
+            ident = (record, tuple(tuple(sorted((r.id, r.record.spec_hash) for r in self.models[t.model].replicas))
+                                   if t.model in self.models else () for t in record.targets))
+            kept = previous.get(m.name)
+            # The same in every worker of a router (they read the same state): /metrics merges their trips by it.
+            generation = hashlib.sha256(repr(ident).encode()).hexdigest()[:12]
+            rt = kept[1] if kept is not None and kept[0] == ident else RouteRuntime(m.name, record, generation)
+            m.route = rt
+            out[m.name] = (ident, rt)
+        return out
 
     @classmethod
     def empty(cls, runtime: Callable[[Replica, Collection[str]], ReplicaRuntime] | None = None) -> RoutingTable:
@@ -247,7 +273,13 @@ class RoutingTable:
         return self.names.get(name)
 
     def chain(self, entry: ModelEntry) -> list[ModelEntry]:
-        """The model, then its fallbacks in order (each once, unknown ones skipped)."""
+        """The model, then its fallbacks in order (each once, unknown ones skipped).
+
+        A weighted route's chain is its targets' (largest share first, each with its own
+        fallbacks), then the route's fallbacks; the proxy orders the targets per request."""
+        if entry.route is not None:
+            order = [name for name, _ in sorted(entry.route.shares(), key=lambda s: -s[1])]
+            return self.route_chain(entry, order)
         out = [entry]
         seen = {entry.name}
         for fb in entry.record.fallbacks:
@@ -256,3 +288,30 @@ class RoutingTable:
                 seen.add(e.name)
                 out.append(e)
         return out
+
+    def route_chain(self, route: ModelEntry, order: list[str],
+                    chain: Callable[[ModelEntry], list[ModelEntry]] | None = None) -> list[ModelEntry]:
+        """A route's targets in `order`, each followed by its fallbacks (`chain(target)`: this
+        table's, or one restricted to an endpoint), then the route's own fallbacks; each model once."""
+        out: list[ModelEntry] = []
+        seen: set[str] = set()
+        for name in [*order, *route.record.fallbacks]:
+            target = self.models.get(name)
+            if target is None or target.route is not None:
+                continue
+            for e in (chain or self.chain)(target):
+                if e.name not in seen:
+                    seen.add(e.name)
+                    out.append(e)
+        return out
+
+
+class ChainView(RoutingTable):
+    """The routing table as one request sees it: only the chain the proxy may try (a weighted
+    route's targets in this request's order). It builds no table: the proxy reads `chain()` alone."""
+
+    def __init__(self, chain: list[ModelEntry]) -> None:
+        self._chain = chain
+
+    def chain(self, entry: ModelEntry) -> list[ModelEntry]:
+        return self._chain

@@ -312,6 +312,9 @@ class Supervisor:
                 return None
 
     async def render_metrics(self, own: RouterMetrics) -> bytes:
+        return (await self.merged_metrics(own)).render()
+
+    async def merged_metrics(self, own: RouterMetrics) -> RouterMetrics:
         answers = await asyncio.gather(*(self._ask(w, b"m") for w in self._pool))
         merged = RouterMetrics(own.table)
         merged.absorb(own.snapshot())
@@ -322,7 +325,7 @@ class Supervisor:
                 w.snapshot = answer
             if w.snapshot is not None:
                 merged.absorb(w.snapshot)
-        return merged.render()
+        return merged
 
     async def flush_usage(self) -> None:
         await asyncio.gather(*(self._ask(w, b"u") for w in self._pool))

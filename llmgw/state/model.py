@@ -4,7 +4,8 @@ Schema version 1 (pinned; README "State file" documents it):
 
     {"version": 1, "serial": 7, "lineage": "<uuid>",
      "models":   [{"name", "aliases", "fallbacks", "scaling": {"min", "max", "idle_timeout"},
-                   "routing": "least-load|prefix-affinity"}],
+                   "routing": "least-load|prefix-affinity",
+                   "route": null | {"targets": [{"model", "weight"}], "guard": null | {...}}}],
      "replicas": [{"id", "model", "profile", "engine", "state": "starting|ready|draining",
                    "endpoint": "http://host:port", "created_at",
                    "shards": [{"node", "rank", "gpus", "port", "unit"}]}]}
@@ -139,14 +140,43 @@ class ScalingRecord(_Model):
 Routing = Literal["least-load", "prefix-affinity"]
 
 
+class RouteTargetRecord(_Model):
+    model: Name
+    weight: Annotated[int, Field(ge=0, le=100)]  # a percentage of the route's traffic
+
+
+class RouteGuardRecord(_Model):
+    """A route's guard (catalog/schema.py's RouteGuard) in integers, as plans are written
+    (planner/schema.py's one-walk dump takes no floats): parts per million, milliseconds."""
+
+    max_error_ppm: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    max_ttft_p90_ms: Annotated[int, Field(ge=1, le=3_600_000)] | None = None
+    window: Annotated[int, Field(ge=1, le=86_400)]  # seconds
+    min_requests: Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+class RouteRecord(_Model):
+    """A weighted route (docs/routes.md): its targets are models of the same state."""
+
+    targets: Annotated[list[RouteTargetRecord], Field(min_length=1, max_length=16)]
+    guard: RouteGuardRecord | None = None
+
+    @model_validator(mode="after")
+    def _split(self) -> RouteRecord:
+        if sum(t.weight for t in self.targets) != 100 or len({t.model for t in self.targets}) != len(self.targets):
+            raise ValueError("a route's targets are distinct models whose weights add up to 100")
+        return self
+
+
 class ModelRecord(_Model):
-    """What a router needs of a catalog model."""
+    """What a router needs of a catalog model (or of a weighted route: `route` set, no replicas)."""
 
     name: Name
     aliases: list[Name] = Field(default_factory=list)
     fallbacks: list[Name] = Field(default_factory=list)
     scaling: ScalingRecord
     routing: Routing = "least-load"
+    route: RouteRecord | None = None
 
 
 class Shard(_Model):

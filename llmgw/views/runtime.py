@@ -25,6 +25,7 @@ class Runtime:
     routers: tuple[str, ...] = ()  # where it came from ("this router" inside the dashboard)
     problems: tuple[str, ...] = ()  # routers that did not answer, and why
     missing: tuple[str, ...] = ()  # the routers that did not answer (their share is not known)
+    notes: tuple[str, ...] = ()  # what the routers say of their own routing (a weighted route's guard tripped)
 
     @property
     def known(self) -> bool:
@@ -41,7 +42,7 @@ class Runtime:
 
     @classmethod
     def from_replicas(cls, sources: Sequence[tuple[str, Iterable[Mapping[str, Any]]]],
-                      problems: Iterable[str] = (), missing: Iterable[str] = ()) -> Runtime:
+                      problems: Iterable[str] = (), missing: Iterable[str] = (), notes: Iterable[str] = ()) -> Runtime:
         """Merge each router's replica list: (router name, replicas as the admin API gives them)."""
         merged: dict[str, dict[str, Any]] = {}
         for _name, replicas in sources:
@@ -66,7 +67,7 @@ class Runtime:
                 if r.get("last_error") and not have.get("last_error"):
                     have["last_error"] = r["last_error"]
         return cls(replicas=merged, routers=tuple(name for name, _ in sources), problems=tuple(problems),
-                   missing=tuple(missing))
+                   missing=tuple(missing), notes=tuple(dict.fromkeys(notes)))
 
     def replica(self, replica_id: str) -> Mapping[str, Any] | None:
         return self.replicas.get(replica_id)
@@ -88,33 +89,33 @@ def fetch_runtime(targets: Sequence[Target], *, timeout: float = 5.0, tunnel_tim
         return Runtime.unknown("no router to ask")
     with ThreadPoolExecutor(max_workers=min(len(targets), 32), thread_name_prefix="llmgw-router-ask") as pool:
         answers = list(pool.map(lambda t: _ask(t, timeout, tunnel_timeout), targets))
-    sources = [(name, reps) for name, reps, _ in answers if reps is not None]
-    problems = [why for _, reps, why in answers if reps is None and why]
-    return Runtime.from_replicas(sources, problems,
-                                 missing=[name for name, reps, _ in answers if reps is None])
+    sources = [(name, reps) for name, reps, _, _ in answers if reps is not None]
+    problems = [why for _, reps, why, _ in answers if reps is None and why]
+    return Runtime.from_replicas(sources, problems, missing=[name for name, reps, _, _ in answers if reps is None],
+                                 notes=[n for *_, notes in answers for n in notes])
 
 
 def _ask(target: Target, timeout: float,
-         tunnel_timeout: float) -> tuple[str, list[Mapping[str, Any]] | None, str | None]:
+         tunnel_timeout: float) -> tuple[str, list[Mapping[str, Any]] | None, str | None, list[str]]:
     why: str | None
     if isinstance(target, tuple):
         name, cannot = target
-        return name, None, f"router {name} is not known: {cannot}"
+        return name, None, f"router {name} is not known: {cannot}", []
     if isinstance(target, str):
         url = target.rstrip("/")
-        replicas, why = _get(url, timeout)
-        return url, replicas, None if why is None else f"router admin API at {url} did not answer ({why})"
+        replicas, why, notes = _get(url, timeout)
+        return url, replicas, None if why is None else f"router admin API at {url} did not answer ({why})", notes
     try:
         with tunnel.opened(target, timeout=tunnel_timeout) as base:
-            replicas, why = _get(base, timeout)
+            replicas, why, notes = _get(base, timeout)
     except tunnel.TunnelError as exc:
-        replicas, why = None, str(exc)
+        replicas, why, notes = None, str(exc), []
     how = "through SSH" if target.ssh is not None else f"at {target.direct_url}"
     return target.router, replicas, None if why is None else \
-        f"router {target.router} is not known: its admin API did not answer {how} ({why})"
+        f"router {target.router} is not known: its admin API did not answer {how} ({why})", notes
 
 
-def _get(base: str, timeout: float) -> tuple[list[Mapping[str, Any]] | None, str | None]:
+def _get(base: str, timeout: float) -> tuple[list[Mapping[str, Any]] | None, str | None, list[str]]:
     # httpx here, not at the top: every view imports Runtime, and `--no-router` (or a site
     # without routers) asks no router; importing httpx costs 0.08 s of CPU.
     import httpx
@@ -124,8 +125,10 @@ def _get(base: str, timeout: float) -> tuple[list[Mapping[str, Any]] | None, str
         resp.raise_for_status()
         body = resp.json()
     except (httpx.HTTPError, ValueError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        return None, f"{type(exc).__name__}: {exc}", []
     replicas = body.get("replicas") if isinstance(body, dict) else None
     if not isinstance(replicas, list):
-        return None, "it answered without a replica list"
-    return [r for r in replicas if isinstance(r, dict)], None
+        return None, "it answered without a replica list", []
+    notes = body.get("notes")  # a weighted route's guard tripped (router/routes.py): one line each, bounded
+    notes = [n[:500] for n in notes[:20] if isinstance(n, str) and n.isprintable()] if isinstance(notes, list) else []
+    return [r for r in replicas if isinstance(r, dict)], None, notes

@@ -144,7 +144,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
                              "age_seconds": r["age_seconds"], "watched_seconds": watched})
             elif verdict == "not known yet":
                 idle_not_known.append({"id": r["id"], "model": r["model"], "watched_seconds": watched})
-    notes = list(data.notes) + list(data.plan_notes) + list(runtime.problems)
+    notes = list(data.notes) + list(data.plan_notes) + list(runtime.problems) + list(runtime.notes)
     if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle replicas are not known: no router answered")
     live = None

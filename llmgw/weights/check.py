@@ -215,4 +215,4 @@ def pin_catalog(catalog: Catalog, site: Site) -> tuple[Catalog, dict[str, list[s
                 unpinned[m.source] = [f"{spec} is not pinned to a commit ({why}); run `llmgw catalog validate` "
                                       "where the site's Hugging Face endpoint is reachable"]
         entries.append(Located(m, e.file, e.line, e.index))
-    return Catalog(entries), unpinned
+    return Catalog(entries, catalog.route_entries), unpinned  # routes fetch nothing: as they are
