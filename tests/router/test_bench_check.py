@@ -240,6 +240,6 @@ def test_results_round_trip_and_migrate_from_schema_2(store_url: str) -> None:
         assert got[2].replica == "m-1" and got[0].replica is None
         version = store._run(lambda cur: (store._x(cur, "SELECT value FROM llmgw_meta WHERE key = 'schema_version'"),
                                           cur.fetchone()[0])[1])
-        assert int(version) == SCHEMA_VERSION == 3
+        assert int(version) == SCHEMA_VERSION >= 3  # a store of schema 2 migrated to the current one
     finally:
         store.close()
