@@ -11,7 +11,8 @@ The status word decides what the operator does next:
     stopped     nothing runs, and the plan would place it            `llmgw apply`
     on demand   min 0: a router starts one on the first request      nothing
 
-Placement failures are the plan's own `unplaced` entries with every rejection, and a
+Placement failures are the plan's own `unplaced` entries (planned on the bastion, shipped to
+a router's dashboard by apply: llmgw.views.placement) with every rejection, and a
 one-line summary for places that have room for one line only.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmgw.catalog import Model, format_duration
-from llmgw.planner import Unplaced
+from llmgw.views.placement import Unplaced
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
 
@@ -72,7 +73,7 @@ def summary_reason(u: Unplaced) -> str:
 
 def placement_failures(data: SiteData) -> list[dict[str, Any]]:
     out = []
-    for u in data.plan.unplaced:
+    for u in data.placement.unplaced:
         profiles: dict[str, list[dict[str, Any]]] = {}
         for r in u.rejections:
             profiles.setdefault(r.profile, []).append(
@@ -98,7 +99,7 @@ def _status(m: Model, counts: Mapping[str, int], unplaced: Unplaced | None) -> s
 
 def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
     """Every catalog model, in name order, with the placement failures of the plan."""
-    unplaced = {u.model: u for u in data.plan.unplaced}
+    unplaced = {u.model: u for u in data.placement.unplaced}
     by_model: dict[str, list[Any]] = {}
     for r in data.state.replicas:
         by_model.setdefault(r.model, []).append(r)

@@ -96,7 +96,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
             if r["state"] == "ready" and quiet is not None and quiet >= idle_after:
                 idle.append({"id": r["id"], "model": r["model"], "used": r["used"], "idle_seconds": r["idle_seconds"],
                              "age_seconds": r["age_seconds"]})
-    notes = list(data.notes) + list(data.plan_notes) + list(runtime.problems)
+    notes = list(data.notes) + list(data.placement.notes) + list(runtime.problems)
     if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle replicas are not known: no router answered")
     live = None
@@ -120,7 +120,8 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "unplaceable": [{"model": f["model"], "wanted": f["wanted"], "placed": f["placed"], "reason": f["summary"]}
                         for f in models["failures"] if f["placed"] < f["wanted"]],
         "not_moved": [{"model": u.model, "replica": nm.replica, "code": nm.code,
-                       "reason": not_moved_reason(u, nm.replica)} for u in data.plan.unplaced for nm in u.not_moved],
+                       "reason": not_moved_reason(u, nm.replica)}
+                      for u in data.placement.unplaced for nm in u.not_moved],
         "idle_after_seconds": idle_after,
         "idle": idle,
         "routers": list(runtime.routers),

@@ -1,0 +1,90 @@
+"""What the views show of a plan: the models it cannot place, and why — as data, not a planner.
+
+A view on the bastion (`llmgw status`, `models`) plans with the planner itself
+(llmgw.views.planned); a router's dashboard cannot: the router process never imports the
+planner (#34). Apply plans on the bastion and ships the result in the dashboard's site copy
+as `placement.json` (llmgw.apply.dashboard_site), and the router reads it here. The records
+are the planner's own `Unplaced` entries (llmgw.planner.schema) field for field, so both
+sides render them with the same view code.
+
+The file is read like every input: a missing file, a wrong shape or an unknown version is
+a note naming the file and what to do, and the dashboard shows nothing as unplaceable
+rather than guessing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+PLACEMENT_FILE = "placement.json"  # beside hosts.yml in the dashboard's site copy
+_LINE = 256
+_PROSE = 65536
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Rejection(_Record):
+    profile: str = Field(max_length=_LINE)
+    node: str | None = Field(default=None, max_length=_LINE)
+    fabric: str | None = Field(default=None, max_length=_LINE)
+    reason: str = Field(max_length=_PROSE)
+
+
+class NotMoved(_Record):
+    replica: str = Field(max_length=_LINE)
+    code: str = Field(max_length=_LINE)
+    reason: str = Field(max_length=_PROSE)
+
+
+class Unplaced(_Record):
+    """A model the plan places fewer replicas of than it wants, or could not move a replica of."""
+    model: str = Field(max_length=_LINE)
+    wanted: int = Field(ge=0)
+    placed: int = Field(ge=0)
+    rejections: tuple[Rejection, ...] = ()
+    not_moved: tuple[NotMoved, ...] = ()
+
+
+class Placement(_Record):
+    """The plan's `unplaced`, and what the views must say about it. No serial or time: the
+    routers' site copy is sent again only when its bytes change (llmgw_router's check.yml),
+    so it holds what changes when the placement does, not every apply."""
+    version: Literal[1] = 1  # another is refused by name (read_placement)
+    unplaced: tuple[Unplaced, ...] = ()
+    notes: tuple[str, ...] = ()  # why this is not what `llmgw plan` would say, when it is not
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=1) + "\n"
+
+
+def unknown_placement(why: str) -> Placement:
+    """No placement to show: nothing is listed as unplaceable, and the note says why."""
+    return Placement(notes=(why,))
+
+
+def read_placement(folder: Path) -> Placement:
+    """The `placement.json` apply shipped into a router's site copy. None there, or one that
+    cannot be read, is a placement nobody knows, with a note saying why and what to do: a
+    dashboard page shows it rather than failing."""
+    path = folder / PLACEMENT_FILE
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return unknown_placement(f"what cannot be placed is not known here: no {path} (apply plans it on the "
+                                 "bastion and ships it with the dashboard's site copy: run `llmgw apply`, "
+                                 "or `llmgw status` on the bastion)")
+    except OSError as exc:
+        return unknown_placement(f"what cannot be placed is not known here: cannot read {path}: {exc.strerror} "
+                                 "(the router's user must be able to read its site copy)")
+    try:
+        return Placement.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the file"
+        return unknown_placement(f"what cannot be placed is not known here: {path} is not a placement "
+                                 f"apply writes ({where}: {first['msg']}); `llmgw apply` replaces it")
