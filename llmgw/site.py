@@ -6,6 +6,7 @@ folder, and every key has a default so an empty file is a valid site.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -246,3 +247,10 @@ def known_hosts_of(inventory: Path) -> Path | None:
         raise SiteError(f"{path}: known_hosts: {problem}",
                         hint="set `known_hosts:` in llmgw.yaml to such a path (the site folder's own path counts)")
     return found_path
+
+
+def site_clock(site: Site, now: datetime | None = None) -> datetime | None:
+    """The clock a site's plans and views are judged at (PlanInputs.now): `now`, else the time
+    now. A recorded site's facts were gathered elsewhere, long ago: with no clock they never
+    age into lost nodes (and no drain deadline passes there)."""
+    return None if site.config.recorded else (now or datetime.now(UTC))

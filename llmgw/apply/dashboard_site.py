@@ -13,6 +13,10 @@ llmgw reads (DASHBOARD_VARS). `hosts.yml` in the archive is written from the inv
 llmgw reads it (any form Ansible accepts), holding those vars alone: an allow-list, so a
 secret under a name nobody thought of stays on the control host too.
 
+What the dashboard shows as unplaceable and the fleet gauges' numbers are planned on the
+bastion, at apply, and shipped as `placement.json` and `fleet.json` (llmgw.views.placement,
+llmgw.views.fleet): the router process never imports the planner (#34).
+
 The archive is deterministic (names sorted, times, owners and modes fixed), so the same
 files give the same bytes and an unchanged site is not sent again. It holds only plain
 files: a link is followed only when it stays inside its folder (as the catalog's loader
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,20 +77,27 @@ def _files(folder: Path) -> list[tuple[str, Path]]:
 class DashboardSite:
     """Where the site's parts are on the control host (a missing facts folder or inventory
     is left out: the dashboard says what it does not know). `inventory` is a file or a
-    folder, as `inventory:` in llmgw.yaml names it."""
+    folder, as `inventory:` in llmgw.yaml names it. `planned` makes, when the archive is
+    packed, the files planned for the routers (llmgw.views.planned.site_copy_files: file name
+    -> bytes, at the archive's top); None: none shipped, and the dashboard says it does not know."""
 
     catalog: Path
     facts: Path
     inventory: Path
+    planned: Callable[[], Mapping[str, bytes]] | None = None
 
     def pack(self, dest: Path) -> Path:
-        """Write `catalog/`, `facts/` and `hosts.yml` as the routers' dashboard reads them to `dest`."""
+        """Write `catalog/`, `facts/`, `hosts.yml` and the planned files as the routers read them to `dest`."""
         with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
             for prefix, folder in (("catalog", self.catalog), ("facts", self.facts)):
                 if folder.is_dir():
                     _add_folder(tar, prefix, folder)
             if self.inventory.exists():
                 _add_bytes(tar, "hosts.yml", dashboard_inventory(load_inventory(self.inventory)).encode())
+            for name, data in sorted((self.planned() if self.planned is not None else {}).items()):
+                if "/" in name or name.startswith(".") or name in ("catalog", "facts", "hosts.yml"):
+                    raise ValueError(f"a planned file must be a plain name beside hosts.yml, not {name!r}")
+                _add_bytes(tar, name, data)
         return dest
 
 

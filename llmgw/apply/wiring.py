@@ -18,6 +18,7 @@ from llmgw.planner.inputs import FabricIndex
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
 from llmgw.state import StateBackend, WriteMeta, backend_for, is_state_url
+from llmgw.views.planned import site_copy_files
 from llmgw.weights.check import weights_host_vars
 from llmgw.weights.shared import shared_cache_key
 
@@ -30,7 +31,8 @@ def hosts_for(site: Site, forks: int = 20, engines_playbook: str = "apply.yml") 
     inventory = load_inventory(site.inventory)
     return Hosts(site.inventory, inventory, artifacts=artifacts, forks=forks,
                  engines_playbook=engines_playbook, dashboard=dashboard,
-                 dashboard_site=DashboardSite(site.catalog_dir, site.facts_dir, site.inventory),
+                 dashboard_site=DashboardSite(site.catalog_dir, site.facts_dir, site.inventory,
+                                              planned=lambda: site_copy_files(site)),
                  extra=weights_host_vars(site),
                  shared_cache=shared_caches(site, inventory), engine_keys=EngineKeyring.beside(site.state_file))
 

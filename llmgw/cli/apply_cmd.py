@@ -131,8 +131,10 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
         from llmgw.apply.admin_token import admin_token
         from llmgw.apply.engine_keys import EngineKeyring
         from llmgw.views.live_downloads import download_feed  # httpx and the tunnels: only when applying
+        from llmgw.views.planned import planned_downloads
 
-        ui.feed = download_feed(site, plan, say=say, token=lambda: admin_token(EngineKeyring.beside(site.state_file)))
+        ui.feed = download_feed(site, planned_downloads(plan), say=say,
+                                token=lambda: admin_token(EngineKeyring.beside(site.state_file)))
         try:
             outcome = applier_for(site, plan, grace=grace, forks=forks, progress=ui, say=say, backend=backend,
                                   meta=meta).run()

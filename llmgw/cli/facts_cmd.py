@@ -91,7 +91,7 @@ def node_row(rec: dict[str, Any]) -> list[str]:
 def nodes_report(site: Site) -> tuple[list[dict[str, Any]], list[str]]:
     """Every inventory node as a record (the dashboard's nodes page shows the same), and notes."""
     from llmgw.views.nodes import nodes_view
-    from llmgw.views.sitedata import load_site_data
+    from llmgw.views.planned import load_site_data
 
     view = nodes_view(load_site_data(site))
     return view["nodes"], view["notes"]

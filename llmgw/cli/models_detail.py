@@ -44,8 +44,8 @@ class ModelsGroup(click.Group):
 
 def model_detail(view: dict[str, Any], name: str, store_url: str) -> dict[str, Any]:
     """The model's record from `models_view` (by name or alias) with its stored results."""
-    from llmgw.probe.results import model_results
     from llmgw.store import sqlite_path
+    from llmgw.views.results import model_results
 
     record = next((m for m in view["models"] if name == m["name"] or name in m.get("aliases", [])), None)
     if record is None:
@@ -79,7 +79,7 @@ def show_model(app: Any, view: dict[str, Any], name: str, as_json: bool) -> None
 def detail_text(detail: dict[str, Any], con: Console) -> None:
     from rich.text import Text
 
-    from llmgw.probe.results import BENCH_HEADERS, bench_rows, check_headers, check_rows
+    from llmgw.views.results import BENCH_HEADERS, bench_rows, check_headers, check_rows
 
     m = detail["model"]
     con.print(output.table(["MODEL", "ALIASES", "SERVING", "REPLICAS", "STATUS"],

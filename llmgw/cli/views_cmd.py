@@ -84,7 +84,7 @@ def _controller_runs(backend: StateBackend) -> dict[str, Any]:
 def status(app: AppContext, as_json: bool, idle_after: float, routers: tuple[str, ...], no_router: bool) -> None:
     """The fleet at a glance: GPU capacity, free nodes per fabric, counts, what cannot be placed."""
     from llmgw.state.summary import site_state_summary, summary_line
-    from llmgw.views import load_site_data
+    from llmgw.views.planned import load_site_data
     from llmgw.views.status import status_view
 
     data = load_site_data(app.site)
@@ -113,8 +113,8 @@ def models(app: AppContext, as_json: bool, routers: tuple[str, ...], no_router: 
     `llmgw models MODEL`: that model, with its stored `llmgw bench` and `llmgw check` results."""
     if click.get_current_context().invoked_subcommand is not None:
         return
-    from llmgw.views import load_site_data
     from llmgw.views.models import models_view
+    from llmgw.views.planned import load_site_data
 
     data = load_site_data(app.site)
     view = models_view(data, get_runtime(data, routers, no_router))
@@ -147,8 +147,8 @@ models.add_command(hub_cmd.inspect)
 def replicas(app: AppContext, model: str | None, downloads: bool, as_json: bool, routers: tuple[str, ...],
              no_router: bool) -> None:
     """Every replica: shards (node:GPUs), state, age, idle time, endpoint; errors beneath."""
-    from llmgw.views import load_site_data
     from llmgw.views.downloads import fetch_downloads
+    from llmgw.views.planned import load_site_data
     from llmgw.views.replicas import replicas_view
 
     data = load_site_data(app.live_site("replicas --downloads") if downloads else app.site)

@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from llmgw.facts.records import Filesystem, Gpu, HostFacts, Weights
+from llmgw.gpus import gpu_left_out
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange
@@ -134,19 +135,6 @@ class NodeView:
         """Every leaf switch the node's adapters hang off, on any fabric (`Fleet.leaf_set`
         caches it per node)."""
         return frozenset(leaf for pairs in self.leaves.values() for _adapter, leaf in pairs)
-
-
-def gpu_left_out(gpu: Gpu, host: Host) -> str | None:
-    """Why placement leaves this GPU out, or None: cordoned by hand, a problem, or health not
-    known (unless the host allows unknown). Per GPU: the host's other GPUs stay placeable."""
-    if gpu.index in host.cordoned_gpus:
-        return f"GPU {gpu.index} cordoned (llmgw_cordoned_gpus; `llmgw uncordon {host.name} --gpu {gpu.index}`)"
-    if gpu.problems:
-        return f"GPU {gpu.index} unhealthy: {gpu.problems[0]}"
-    if gpu.unknown and host.gpu_health_unknown != "allow":
-        return (f"GPU {gpu.index} health unknown: {gpu.unknown[0]} (set llmgw_gpu_health_unknown: allow "
-                f"for {host.name} to place on it anyway)")
-    return None
 
 
 _by_index = attrgetter("index")

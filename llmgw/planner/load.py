@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 
 from llmgw import collector
@@ -27,7 +26,7 @@ from llmgw.planner.inputs import FabricIndex, PlanInputs
 from llmgw.planner.reconcile import make_plan
 from llmgw.planner.schema import Plan
 from llmgw.planner.spec import endpoint_url
-from llmgw.site import SITE_FILE, Site
+from llmgw.site import SITE_FILE, Site, site_clock
 from llmgw.state import State, backend_for
 from llmgw.weights.check import pin_catalog, unservable_sources
 from llmgw.weights.sources import read_sources
@@ -205,13 +204,6 @@ def _short(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def plan_clock(site: Site, now: datetime | None = None) -> datetime | None:
-    """The clock a site's plans are judged at (PlanInputs.now): `now`, else the time now. A
-    recorded site's facts were gathered elsewhere, long ago: with no clock they never age into
-    lost nodes (and no drain deadline passes there)."""
-    return None if site.config.recorded else (now or datetime.now(UTC))
-
-
 def load_inputs(site: Site, *, memo_min: int = MEMO_MIN_FILES) -> PlanInputs:
     """The plan's inputs; parsed facts and fabric maps of large fleets come from the memo
     (`llmgw.facts.memo`) when their files did not change: the plan is the same either way."""
@@ -231,4 +223,4 @@ def _load_inputs(site: Site, *, memo_min: int) -> PlanInputs:
         ports=site.config.ports,
         weight_sizes=weight_sizes(site.facts_dir), weight_files=weight_files(site.facts_dir),
         unservable={**unservable_sources(site), **unpinned},
-        now=plan_clock(site), unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)
+        now=site_clock(site), unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)

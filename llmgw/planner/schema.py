@@ -23,7 +23,6 @@ from llmgw import collector
 from llmgw.catalog.schema import Engine, EnvName, Name, Text
 from llmgw.errors import PlanError
 from llmgw.inventory import is_host_name
-from llmgw.planner.spec import replica_number
 from llmgw.state import ModelRecord, Replica, Shard, State
 from llmgw.state.model import (
     Count,
@@ -42,6 +41,7 @@ from llmgw.state.model import (
     problems,
 )
 from llmgw.state.model import Source as SourceUrl
+from llmgw.state.model import replica_sort_key as replica_sort_key  # the ids' order, kept with their shape
 from llmgw.weights.names import cache_name, is_cache_name
 from llmgw.weights.present import is_model_path
 from llmgw.yamlio import json_text
@@ -341,11 +341,6 @@ def _dumps_plainly(kind: type[BaseModel]) -> bool:
                 or any(f.alias or f.serialization_alias or f.exclude
                        or any("Serializer" in type(m).__name__ for m in f.metadata)
                        for f in kind.model_fields.values()))
-
-
-def replica_sort_key(replica_id: str, model: str) -> tuple[str, int, str]:
-    n = replica_number(replica_id, model)
-    return (model, n if n is not None else 1 << 30, replica_id)
 
 
 def load_plan(text: str | bytes, where: str) -> Plan:

@@ -12,7 +12,7 @@ import json
 from llmgw.catalog import Model, Profile
 
 # Defined with the state's schema, which checks every unit name it holds against them.
-from llmgw.state.model import UNIT_RE, endpoint_url, unit_name
+from llmgw.state.model import UNIT_RE, endpoint_url, replica_number, unit_name
 
 __all__ = ["UNIT_RE", "endpoint_url", "parse_unit", "replica_number", "spec_hash", "unit_name"]
 
@@ -21,13 +21,6 @@ def parse_unit(name: str) -> tuple[str, int] | None:
     """(replica id, rank) of a shard unit name; None for any other unit (the router's, ...)."""
     m = UNIT_RE.fullmatch(name)  # fullmatch: `$` alone lets a trailing newline through
     return (m.group("replica"), int(m.group("rank"))) if m else None
-
-
-def replica_number(replica_id: str, model: str) -> int | None:
-    """n of `<model>-<n>`, or None when the id was not made that way."""
-    prefix = model + "-"
-    tail = replica_id[len(prefix):] if replica_id.startswith(prefix) else ""
-    return int(tail) if tail.isdigit() else None
 
 
 # Profile keys added after replicas were first recorded: left out of the hash at their default.

@@ -8,6 +8,8 @@
     metrics  (FastAPI)    /metrics and /metrics/engines (the engines' own, relayed) alone,
                           safe to expose
 
+/metrics on both ends with the fleet gauges (fleet_gauges.py), from apply's site copy.
+
 This module is the one place the router meets the dashboard: it hands llmgw.web the
 router's runtime facts and usage as `DashboardSources`, so llmgw.web never imports the
 router and there is no cycle between them.
@@ -26,15 +28,16 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from llmgw.probe.results import results_of
 from llmgw.router.admin_guard import ADMIN_TOKEN_FILE, AdminGuard
 from llmgw.router.app import Router, openai_errors
 from llmgw.router.endpoints import served
 from llmgw.router.engine_metrics import relay as relay_engine_metrics
+from llmgw.router.fleet_gauges import FleetGauges
 from llmgw.router.metrics import CONTENT_TYPE
 from llmgw.router.openai_errors import error_payload
 from llmgw.router.table import ModelEntry, ReplicaRuntime
 from llmgw.views import Runtime, SiteDataCache
+from llmgw.views.results import results_of
 from llmgw.web import DashboardSources, dashboard_router
 
 
@@ -139,10 +142,13 @@ def dashboard_sources(router: Router, site_dir: Path) -> DashboardSources:
                             results=lambda name: results_of(router.store, name))
 
 
-def _metrics_route(app: FastAPI, router: Router) -> None:
+def _metrics_route(app: FastAPI, router: Router, site_dir: Path | None) -> None:
+    fleet = FleetGauges(site_dir, lambda: router.table)  # the fleet, as apply's site copy summarised it
+
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        return Response(await router.render_metrics(), media_type=CONTENT_TYPE)  # every worker's, merged
+        # every worker's, merged; then the fleet's, the same for all of them
+        return Response(await router.render_metrics() + fleet.render(), media_type=CONTENT_TYPE)
 
     @app.get("/metrics/engines", include_in_schema=False)
     async def engine_metrics() -> Response:
@@ -160,7 +166,7 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     if site_dir is not None:  # the read-only dashboard needs a site: catalog, inventory, facts
         app.include_router(dashboard_router(dashboard_sources(router, site_dir)))
     openai_errors(app)
-    _metrics_route(app, router)
+    _metrics_route(app, router, site_dir)
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, str]:
@@ -216,8 +222,8 @@ def _is_day(day: str) -> bool:
     return True
 
 
-def metrics_app(router: Router) -> FastAPI:
+def metrics_app(router: Router, site_dir: Path | None = None) -> FastAPI:
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     openai_errors(app)
-    _metrics_route(app, router)
+    _metrics_route(app, router, site_dir)
     return app

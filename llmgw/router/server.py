@@ -176,7 +176,7 @@ class RouterServer:
             if self.admin_listen is not None:
                 plan.append(("admin", self.admin_listen, admin_app(router, self.site_dir)))
             if self.metrics_listen is not None:
-                plan.append(("metrics", self.metrics_listen, metrics_app(router)))
+                plan.append(("metrics", self.metrics_listen, metrics_app(router, self.site_dir)))
             for name, where, app in plan:
                 sock = where if isinstance(where, socket.socket) else bind(*where)
                 sockets.append(sock)

@@ -31,6 +31,7 @@ from llmgw.state.model import (
     Shard,
     State,
     parse_state,
+    replica_sort_key,
 )
 from llmgw.state.postgres import PostgresBackend
 from llmgw.state.select import backend_for, is_state_url, open_backend
@@ -62,6 +63,7 @@ __all__ = [
     "open_backend",
     "parse_state",
     "read_state",
+    "replica_sort_key",
     "state_lock",
     "write_state",
 ]

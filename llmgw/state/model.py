@@ -98,6 +98,20 @@ def unit_name(replica_id: str, rank: int) -> str:
     return f"llmgw-{replica_id}-{rank}.service"
 
 
+def replica_number(replica_id: str, model: str) -> int | None:
+    """n of `<model>-<n>`, or None when the id was not made that way."""
+    prefix = model + "-"
+    tail = replica_id[len(prefix):] if replica_id.startswith(prefix) else ""
+    return int(tail) if tail.isdigit() else None
+
+
+def replica_sort_key(replica_id: str, model: str) -> tuple[str, int, str]:
+    """The plan's and the views' order of replicas: by model, then replica number. Here, with
+    the ids' shape, so the router's views sort as the planner does without importing it."""
+    n = replica_number(replica_id, model)
+    return (model, n if n is not None else 1 << 30, replica_id)
+
+
 def endpoint_url(address: str, port: int) -> str:
     """Where routers reach a replica: its rank-0 shard's node address and port."""
     host = f"[{address}]" if ":" in address and not address.startswith("[") else address

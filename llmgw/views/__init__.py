@@ -4,6 +4,10 @@ Both the CLI and the dashboard call these functions and render the plain JSON-re
 dicts they return, so a terminal and a browser can never disagree about the fleet.
 
     sitedata.py  everything a view reads from a site, loaded once (and cached by mtimes)
+    placement.py what the plan cannot place, as data: shipped to a router's dashboard by apply
+    planned.py   the bastion's way to load a site: placement planned by the planner itself.
+                 Not offered here: the router imports this package, never the planner (#34)
+    results.py   stored bench and check results as `llmgw models MODEL` and the dashboard show them
     runtime.py   what the routers' admin API adds: in-flight counts, last use, errors
     status.py    the aggregates: capacity per GPU class, free whole nodes per fabric, counts
     models.py    per model: who serves it, replicas ready/min, a status word; placement failures
@@ -26,12 +30,12 @@ from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
 
 if TYPE_CHECKING:
     from llmgw.views.runtime import Runtime
-    from llmgw.views.sitedata import SiteData, SiteDataCache, load_site_data
+    from llmgw.views.sitedata import SiteData, SiteDataCache
 
-__all__ = ["DEFAULT_ADMIN", "IDLE_AFTER", "Runtime", "SiteData", "SiteDataCache", "load_site_data"]
+__all__ = ["DEFAULT_ADMIN", "IDLE_AFTER", "Runtime", "SiteData", "SiteDataCache"]
 
 _LAZY = {"Runtime": "llmgw.views.runtime", "SiteData": "llmgw.views.sitedata",
-         "SiteDataCache": "llmgw.views.sitedata", "load_site_data": "llmgw.views.sitedata"}
+         "SiteDataCache": "llmgw.views.sitedata"}
 
 
 def __getattr__(name: str) -> Any:

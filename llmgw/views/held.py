@@ -3,40 +3,22 @@
 "Holds" is the planner's own judgement (`Fleet.holders`): llmgw's cache entry, or an
 operator's copy it serves in place (llmgw.weights.present) — the nodes where apply would
 download nothing. So `status`, `fabrics`, `nodes --json` and the dashboard say what the
-plan acts on, not a second guess at it. From facts only: a host that did not report its
-weights holds nothing known (its node's `weights` is None).
+plan acts on, not a second guess at it: the bastion judges it with the planner
+(llmgw.views.planned.held_by_plan) and the routers get it in their placement. From facts
+only: a host that did not report its weights holds nothing known (its node's `weights` is None).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from llmgw.planner.fleet import Fleet
+from llmgw.views.placement import Held
 from llmgw.views.sitedata import SiteData
-from llmgw.weights.names import cache_name
-
-
-@dataclass(frozen=True)
-class Held:
-    nodes_of: dict[str, list[str]]  # model -> the nodes holding its weights, in name order
-    at: dict[str, dict[str, list[str]]]  # node -> path of the weights there -> the models served from it
 
 
 def weights_held(data: SiteData) -> Held:
-    inp = data.inputs  # the catalog as planned: whole repositories pinned to their commit
-    fleet = Fleet(inp.nodes, inp.facts, inp.fabrics, inp.ports, inp.weight_sizes, inp.weight_files)
-    nodes_of: dict[str, list[str]] = {}
-    at: dict[str, dict[str, list[str]]] = {}
-    for m in inp.catalog:
-        name = cache_name(m.source)
-        for n in fleet.holders(m.source, name):
-            path = fleet.copy_at(n, m.source, name) or next(
-                w.path for w in (n.facts.weights if n.facts else None) or [] if w.cache_name == name)
-            nodes_of.setdefault(m.name, []).append(n.name)
-            at.setdefault(n.name, {}).setdefault(path, []).append(m.name)
-    return Held(nodes_of, at)
+    return data.held
 
 
 def per_fabric(held: Held, members: Iterable[str]) -> list[dict[str, Any]]:

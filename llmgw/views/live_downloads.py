@@ -28,7 +28,6 @@ from llmgw.views import tunnel
 from llmgw.views.tunnel import AdminRoute, routes_for
 
 if TYPE_CHECKING:
-    from llmgw.planner import Plan
     from llmgw.site import Site
 
 POST_EVERY_S = 2.0
@@ -234,15 +233,12 @@ def _row(d: Any) -> dict[str, Any] | None:
             "replicas": reps[:100]}
 
 
-def download_feed(site: Site, plan: Plan, *, say: Callable[[str], None] | None = None,
-                  token: Callable[[], str] | None = None) -> DownloadFeed:
-    """The feed for one apply of `plan`: to the site's routers (none on a recorded site),
-    posting with the routers' admin `token`."""
-    wanted: dict[tuple[str, str], list[str]] = {}
-    for r in plan.desired.replicas:
-        if r.cache_name:
-            for s in r.shards:
-                wanted.setdefault((s.node, r.cache_name), []).append(r.id)
+def download_feed(site: Site, wanted: Mapping[tuple[str, str], Sequence[str]], *,
+                  say: Callable[[str], None] | None = None, token: Callable[[], str] | None = None) -> DownloadFeed:
+    """The feed for one apply: to the site's routers (none on a recorded site), posting with
+    the routers' admin `token`; `wanted` is (host, cache entry) -> the replicas the plan
+    downloads it for (llmgw.views.planned.planned_downloads: this module is the routers'
+    too, and the router never imports the planner)."""
 
     def routes() -> list[AdminRoute | tuple[str, str]]:
         if site.config.recorded or not site.inventory.exists():

@@ -11,7 +11,8 @@ The status word decides what the operator does next:
     stopped     nothing runs, and the plan would place it            `llmgw apply`
     on demand   min 0: a router starts one on the first request      nothing
 
-Placement failures are the plan's own `unplaced` entries with every rejection, and a
+Placement failures are the plan's own `unplaced` entries (planned on the bastion, shipped to
+a router's dashboard by apply: llmgw.views.placement) with every rejection, and a
 one-line summary for places that have room for one line only.
 """
 
@@ -22,11 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmgw.catalog import Model, format_duration
-from llmgw.planner import Unplaced
+from llmgw.views.placement import Unplaced
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
-from llmgw.weights.check import model_spec
-from llmgw.weights.sources import read_sources
 
 STATUSES = ("ready", "starting", "not placed", "not moved", "stopped", "on demand")
 
@@ -74,7 +73,7 @@ def summary_reason(u: Unplaced) -> str:
 
 def placement_failures(data: SiteData) -> list[dict[str, Any]]:
     out = []
-    for u in data.plan.unplaced:
+    for u in data.placement.unplaced:
         profiles: dict[str, list[dict[str, Any]]] = {}
         for r in u.rejections:
             profiles.setdefault(r.profile, []).append(
@@ -100,7 +99,7 @@ def _status(m: Model, counts: Mapping[str, int], unplaced: Unplaced | None) -> s
 
 def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
     """Every catalog model, in name order, with the placement failures of the plan."""
-    unplaced = {u.model: u for u in data.plan.unplaced}
+    unplaced = {u.model: u for u in data.placement.unplaced}
     by_model: dict[str, list[Any]] = {}
     for r in data.state.replicas:
         by_model.setdefault(r.model, []).append(r)
@@ -116,10 +115,11 @@ def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
 
     records = []
     # What `catalog validate` recorded of each source: the commit a whole repository is pinned
-    # to, and the weights' size (None: not inspected yet, or the server did not say).
-    sources = read_sources(data.site.facts_dir)
+    # to, and the weights' size (None: not inspected yet, or the server did not say); read on
+    # the bastion, shipped to the routers in their placement.
+    pins = data.placement.pins
     for m in data.catalog:
-        info = sources.get(model_spec(m))
+        info = pins.get(m.name)
         reps = by_model.get(m.name, [])
         counts = {s: sum(1 for r in reps if r.state == s) for s in ("starting", "ready", "draining")}
         status = _status(m, counts, unplaced.get(m.name))

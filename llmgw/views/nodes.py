@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.facts.records import Filesystem, HostFacts
+from llmgw.gpus import gpu_left_out
 from llmgw.nodetime import liveness
-from llmgw.planner.fleet import gpu_left_out
-from llmgw.views.held import Held, node_weights, weights_held
+from llmgw.views.held import node_weights, weights_held
+from llmgw.views.placement import Held
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
 
@@ -78,8 +79,8 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         return rec
     rec["weights"] = node_weights(held, name, None if facts.weights is None else
                                   {w.path: (w.size_bytes, w.cache) for w in facts.weights})
-    inp = data.inputs  # judged at the plan's clock, so the view and the plan agree
-    lv = liveness(facts, inp.now, inp.unreachable_after, inp.lost_after)
+    config = data.site.config  # judged at the plan's clock, so the view and the plan agree
+    lv = liveness(facts, data.clock, config.unreachable_after, config.lost_after)
     if lv is not None:  # unreachable: takes nothing new; lost: its replicas are replaced
         rec.update(condition=lv.condition, condition_reason=lv.sentence(name), lost_at=iso(lv.lost_at))
     rec["last_seen"] = iso(facts.gathered_at)

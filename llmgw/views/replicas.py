@@ -13,8 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from llmgw.planner import replica_sort_key
-from llmgw.state import Replica
+from llmgw.state import Replica, replica_sort_key
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import NEVER, UNKNOWN, duration, human_bytes, percent

@@ -2,9 +2,15 @@
 
 The views never touch a file themselves: they are functions of a `SiteData` (and of the
 routers' `Runtime`), so tests build one from the example site and get exact numbers.
-The plan is made here too, with the planner itself: "cannot be placed" in a view is what
-`llmgw plan` would say, not a second opinion. It is made when a view first asks for it:
-`llmgw nodes` and most dashboard pages never do (a third of a second at 4,096 hosts).
+
+What cannot be placed is the planner's to say, and the planner runs on the bastion only
+(#34): the router process, whose dashboard renders these views too, never imports it.
+So a `SiteData` is loaded with `Loaders`: how its placement and fabrics are made. This
+module's own (`COPY`) read what apply shipped into a router's site copy (`placement.json`,
+llmgw.views.placement) and parse the fabrics without the bastion's memo; the bastion's
+(llmgw.views.planned) plan with the planner itself, so "cannot be placed" in `llmgw status`
+is what `llmgw plan` would say. Either is made when a view first asks: `llmgw nodes` and
+most dashboard pages never do.
 
 The dashboard asks for the site on every page; `SiteDataCache` reloads it only when a
 file under the site changed (the inventory goes through `ansible-inventory`, which takes
@@ -15,24 +21,38 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
 from llmgw import collector
 from llmgw.catalog import Catalog, load_catalog
-from llmgw.errors import FabricError, PlanError
-from llmgw.fabric import FabricIndex
+from llmgw.errors import FabricError
+from llmgw.fabric import FabricIndex, fabrics_from_facts
 from llmgw.fabric.hostmap import HostFabricMap
 from llmgw.facts.cache import read_facts
 from llmgw.facts.records import HostFacts
 from llmgw.inventory import Inventory, load_inventory
-from llmgw.planner import Plan, PlanInputs, make_plan
-from llmgw.planner.load import memo_fabric_index, placement_fabrics, plan_clock, weight_files, weight_sizes
-from llmgw.site import SITE_FILE, Site
+from llmgw.site import SITE_FILE, Site, site_clock
 from llmgw.state import State, read_state
-from llmgw.weights.check import pin_catalog, unservable_sources
+from llmgw.views.placement import PLACEMENT_FILE, Held, Placement, read_placement
+
+# (facts of every host, the facts folder) -> the fabrics, whole or as placement asks of them
+FabricsOf = Callable[[Mapping[str, HostFacts], Path], FabricIndex]
+FabricMapOf = Callable[[Mapping[str, HostFacts], Path], HostFabricMap]
+
+
+@dataclass(frozen=True)
+class Loaders:
+    """How a SiteData's costly parts are made: the bastion's (planner, memo: views.planned)
+    or a router's (its site copy: COPY, below)."""
+
+    fabric_map: FabricMapOf
+    fabrics: FabricsOf
+    placement: Callable[[SiteData], Placement]
+    held: Callable[[SiteData], Held]  # whose weights are where, without a whole plan
 
 
 @dataclass(frozen=True)
@@ -43,31 +63,27 @@ class SiteData:
     facts: dict[str, HostFacts]  # every facts file, inventory node or not
     state: State
     fabric_map: HostFabricMap  # what the plan and the glance views ask of the fabrics
-    inputs: PlanInputs  # what `plan` is made from (its `facts`: the inventory nodes' only)
     loaded_at: datetime
-    notes: tuple[str, ...] = field(default=())  # what loading found; `plan_notes` has the plan's
+    loaders: Loaders = field(repr=False, compare=False)
+    notes: tuple[str, ...] = field(default=())  # what loading found; `placement.notes` has the plan's
+
+    @property
+    def clock(self) -> datetime | None:
+        """The time drains and silent nodes are judged at, as the plan judges them
+        (llmgw.site.site_clock): when the data was loaded; None on a recorded site."""
+        return site_clock(self.site, self.loaded_at)
 
     @cached_property
-    def _planned(self) -> tuple[Plan, tuple[str, ...]]:
+    def placement(self) -> Placement:
+        """What the plan cannot place, planned here (bastion) or shipped by apply (router)."""
         with collector.paused():  # as load_site_data: the dashboard asks outside any command's pause
-            try:
-                return make_plan(self.inputs), ()
-            except PlanError as exc:
-                # The planner refuses an empty state while hosts run llmgw units (#14): right for
-                # `plan`, which would destroy them, but a view destroys nothing and must still show
-                # the fleet. Planned again without the units, it still says what cannot be placed.
-                facts = {h: f.model_copy(update={"units": None}) for h, f in self.inputs.facts.items()}
-                note = f"{exc.message} (`llmgw plan` refuses the same; {exc.hint})" if exc.hint else exc.message
-                return make_plan(replace(self.inputs, facts=facts)), (note,)
+            return self.loaders.placement(self)
 
-    @property
-    def plan(self) -> Plan:
-        return self._planned[0]
-
-    @property
-    def plan_notes(self) -> tuple[str, ...]:
-        """Why the plan a view shows is not the one `llmgw plan` would make, if it is not."""
-        return self._planned[1]
+    @cached_property
+    def held(self) -> Held:
+        """Whose weights are where (views.held): judged here (bastion) or shipped by apply (router)."""
+        with collector.paused():
+            return self.loaders.held(self)
 
     @cached_property
     def fabrics(self) -> FabricIndex:
@@ -78,18 +94,28 @@ class SiteData:
         if not self.fabric_map.glances:
             return FabricIndex({})
         with collector.paused():  # the dashboard asks outside any command's pause
-            return memo_fabric_index(self.facts, self.site.facts_dir.resolve())
+            return self.loaders.fabrics(self.facts, self.site.facts_dir.resolve())
 
 
-def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
-    """Read the catalog, inventory, facts, fabrics and state, and make the plan."""
+# A router's: the fabrics parsed from the copied facts (a copy changes at apply only, and
+# SiteDataCache parses it once per change), the placement the last apply planned and shipped.
+COPY = Loaders(fabric_map=lambda facts, _where: fabrics_from_facts(list(facts.values())).host_map(),
+               fabrics=lambda facts, _where: fabrics_from_facts(list(facts.values())),
+               placement=lambda data: read_placement(data.site.root),
+               held=lambda data: data.placement.held())
+
+
+def load_site_data(site: Site, *, loaders: Loaders, now: datetime | None = None) -> SiteData:
+    """Read the catalog, inventory, facts, fabrics and state; the placement is made on first use.
+    `loaders` has no default: a bastion's view plans (views.planned.load_site_data), a router's
+    reads its copy (COPY), and neither should get the other's by leaving it out."""
     # A fleet's facts and fabric index are hundreds of thousands of objects the cyclic
     # collector would walk again and again as they load (llmgw.collector).
     with collector.paused():
-        return _load_site_data(site, now=now)
+        return _load_site_data(site, now=now, loaders=loaders)
 
 
-def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
+def _load_site_data(site: Site, *, now: datetime | None, loaders: Loaders) -> SiteData:
     notes: list[str] = []
     if site.catalog_dir.is_dir():
         catalog = load_catalog(site.catalog_dir, root=site.root)
@@ -105,28 +131,15 @@ def _load_site_data(site: Site, *, now: datetime | None) -> SiteData:
     facts = read_facts(site.facts_dir)
     state = read_state(site.state_file)
     try:
-        fabric_map = placement_fabrics(facts, site.facts_dir.resolve())  # parsed once per change
+        fabric_map = loaders.fabric_map(facts, site.facts_dir.resolve())  # parsed once per change
     except FabricError as exc:
         fabric_map = HostFabricMap({}, {}, {})
         notes.append(f"fabrics unknown: {exc.message}")
-    nodes = inventory.nodes
-    node_facts = {h: f for h, f in facts.items() if h in nodes}
-    # Planned as `llmgw plan` plans (planner/load.py): whole repositories pinned to the commit
-    # `catalog validate` recorded, else a state apply made looks like a changed definition
-    # everywhere. The views show the catalog as written.
-    pinned, unpinned = pin_catalog(catalog, site)
-    now = now or datetime.now(UTC)
-    inputs = PlanInputs(catalog=pinned, nodes=nodes, facts=node_facts,
-                        state=state, fabrics=fabric_map, ports=site.config.ports,
-                        weight_sizes=weight_sizes(site.facts_dir), weight_files=weight_files(site.facts_dir),
-                        unservable={**unservable_sources(site), **unpinned},
-                        now=plan_clock(site, now), unreachable_after=site.config.unreachable_after,
-                        lost_after=site.config.lost_after)
     if state.serial == 0 and not state.replicas:
         notes.append(f"the state is empty (serial 0, {site.state_file}): nothing applied from this "
                      "checkout, or `state:` in llmgw.yaml does not point at the site's state")
     return SiteData(site=site, catalog=catalog, inventory=inventory, facts=facts, state=state,
-                    fabric_map=fabric_map, inputs=inputs, loaded_at=now, notes=tuple(notes))
+                    fabric_map=fabric_map, loaded_at=now or datetime.now(UTC), loaders=loaders, notes=tuple(notes))
 
 
 def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:
@@ -135,7 +148,8 @@ def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:
     Asked on every dashboard request, so walked with os.scandir, one stat a file: pathlib's
     rglob, is_file and stat took 45-150 ms for 4,096 facts files."""
     out: list[tuple[str, int, int]] = []
-    for root in (site.root / SITE_FILE, site.catalog_dir, site.inventory, site.facts_dir, site.state_file):
+    for root in (site.root / SITE_FILE, site.catalog_dir, site.inventory, site.facts_dir, site.state_file,
+                 site.root / PLACEMENT_FILE):
         for path in sorted(_files(str(root))):
             try:
                 st = os.stat(path)
@@ -165,10 +179,12 @@ def _files(root: str) -> list[str]:
 
 
 class SiteDataCache:
-    """The site's data, reloaded when a file under it changed since the last load."""
+    """The site's data, reloaded when a file under it changed since the last load; by default
+    loaded as a router's dashboard loads its site copy (COPY)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, loaders: Loaders = COPY) -> None:
         self.root = root
+        self.loaders = loaders
         self._lock = threading.Lock()
         self._key: tuple[tuple[str, int, int], ...] | None = None
         self._data: SiteData | None = None
@@ -178,6 +194,6 @@ class SiteDataCache:
             site = Site.load(self.root)
             key = _fingerprint(site)
             if self._data is None or key != self._key:
-                self._data = load_site_data(site)
+                self._data = load_site_data(site, loaders=self.loaders)
                 self._key = key
             return self._data

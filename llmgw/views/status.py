@@ -90,10 +90,9 @@ def whole_nodes(data: SiteData, holders: dict[str, dict[int, str]]) -> list[dict
 def drains(data: SiteData, replicas: dict[str, list[str]]) -> list[dict[str, Any]]:
     """Each draining node: until when, and what it waits for: the replicas no other node can
     take yet (they stay until the deadline), and those the plan destroys as it has passed."""
-    plan, now = data.plan, data.inputs.now
-    waiting = {nm.replica for u in plan.unplaced for nm in u.not_moved if nm.code == "node_draining"}
-    doomed = {a.replica for a in plan.actions if a.code == "drain_deadline"}
-    moving = {a.replaces for a in plan.actions if a.action == "replace" and a.code == "node_draining"}
+    placement, now = data.placement, data.clock
+    waiting = {nm.replica for u in placement.unplaced for nm in u.not_moved if nm.code == "node_draining"}
+    doomed, moving = set(placement.destroyed_at_deadline), set(placement.moving)
     out = []
     for name, host in sorted(data.inventory.nodes.items()):
         if host.node_state != "draining":
@@ -122,9 +121,9 @@ def fabric_weights(data: SiteData, fabrics: list[dict[str, Any]]) -> list[dict[s
 def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: float = IDLE_AFTER) -> dict[str, Any]:
     holders = gpu_holders(data)
     caps, unknown = capacity(data, holders)
-    inp = data.inputs
+    config = data.site.config
     silent = {n: lv.condition for n in sorted(data.inventory.nodes)
-              if (lv := liveness(data.facts.get(n), inp.now, inp.unreachable_after, inp.lost_after))}
+              if (lv := liveness(data.facts.get(n), data.clock, config.unreachable_after, config.lost_after))}
     models = models_view(data, runtime)
     reps = [replica_activity(data, r, runtime, now) for r in in_order(data.state.replicas)]
     nodes = data.inventory.nodes
@@ -144,7 +143,7 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
                              "age_seconds": r["age_seconds"], "watched_seconds": watched})
             elif verdict == "not known yet":
                 idle_not_known.append({"id": r["id"], "model": r["model"], "watched_seconds": watched})
-    notes = list(data.notes) + list(data.plan_notes) + list(runtime.problems) + list(runtime.notes)
+    notes = list(data.notes) + list(data.placement.notes) + list(runtime.problems) + list(runtime.notes)
     if not runtime.known and not runtime.problems:  # else the problems say why
         notes.append("idle replicas are not known: no router answered")
     live = None
@@ -171,7 +170,8 @@ def status_view(data: SiteData, runtime: Runtime, now: datetime, *, idle_after: 
         "unplaceable": [{"model": f["model"], "wanted": f["wanted"], "placed": f["placed"], "reason": f["summary"]}
                         for f in models["failures"] if f["placed"] < f["wanted"]],
         "not_moved": [{"model": u.model, "replica": nm.replica, "code": nm.code,
-                       "reason": not_moved_reason(u, nm.replica)} for u in data.plan.unplaced for nm in u.not_moved],
+                       "reason": not_moved_reason(u, nm.replica)}
+                      for u in data.placement.unplaced for nm in u.not_moved],
         "drains": drains(data, replicas_by_node(data)),
         "idle_after_seconds": idle_after,
         "idle": idle,

@@ -40,7 +40,7 @@ UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
 MAX_DOWNLOADS_BODY = 4 * 1024 * 1024
 # model name -> the endpoints the router forwards for it ("POST /v1/chat/completions", ...)
 EndpointsSource = Callable[[str], list[str]]
-# model name -> its stored bench and check results (llmgw.probe.results.results_of)
+# model name -> its stored bench and check results (llmgw.views.results.results_of)
 ResultsSource = Callable[[str], dict[str, Any]]
 
 
@@ -189,7 +189,7 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         if isinstance(data, HTMLResponse):
             return data
         return await off_loop(lambda: page("failures.html", request, title="Placement failures",
-                                           failures=placement_failures(data)))
+                                           failures=placement_failures(data), notes=list(data.placement.notes)))
 
     @api.get("/usage", response_class=HTMLResponse, include_in_schema=False)
     async def usage(request: Request, day: str | None = None) -> HTMLResponse:

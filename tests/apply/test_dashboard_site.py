@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from llmgw.apply import hosts_for
 from llmgw.apply.dashboard_site import DashboardSite
 from llmgw.errors import RunnerError
 from llmgw.inventory import load_inventory
+from llmgw.site import Site
+from llmgw.state import read_state, write_state
+from llmgw.views import SiteDataCache
+from llmgw.views.fleet import FLEET_FILE
+from llmgw.views.models import placement_failures
+from llmgw.views.placement import PLACEMENT_FILE
+from llmgw.views.planned import load_site_data
+from tests.support.example_site import REPO, example_site
 
 
 def _site(root: Path) -> DashboardSite:
@@ -100,3 +110,58 @@ def test_a_folder_inventory_reaches_the_dashboard_as_one_file_of_its_hosts(tmp_p
     assert sorted(copy.nodes) == ["gpu-1"]
     assert (copy.nodes["gpu-1"].node_state, copy.nodes["gpu-1"].labels) == ("draining", {"tier": "h100"})
     assert "hunter2" not in text and "become" not in text
+
+
+def _router_site(tmp_path: Path, root: Path) -> Path:
+    """The example site's archive unpacked as a router's `unarchive` does, beside the state
+    apply delivers, with the llmgw.yaml the router role writes (templates/site.yaml.j2)."""
+    bundle = hosts_for(Site.load(root)).dashboard_site.pack(tmp_path / "site.tar")  # type: ignore[union-attr]
+    home = tmp_path / "router-home"
+    (home / "site").mkdir(parents=True)
+    subprocess.run(["tar", "-xf", str(bundle), "-C", str(home / "site")], check=True)
+    shutil.copy(Site.load(root).state_file, home / "state.json")
+    (home / "site" / "llmgw.yaml").write_text((REPO / "roles" / "llmgw_router" / "templates" / "site.yaml.j2")
+                                              .read_text().split("{%")[0].replace("# {{ ansible_managed }}\n", ""))
+    return home / "site"
+
+
+def test_the_router_shows_the_placement_apply_planned_on_the_bastion(tmp_path: Path) -> None:
+    """What cannot be placed is planned at apply and shipped: the router's dashboard (which
+    never imports the planner) lists the same failures as `llmgw status` on the bastion."""
+    root = example_site(tmp_path)
+    copy = _router_site(tmp_path, root)
+    bastion = placement_failures(load_site_data(Site.load(root)))
+    assert "llama-4-maverick" in [f["model"] for f in bastion]  # fits nowhere in the example
+    router = SiteDataCache(copy).get()
+    assert placement_failures(router) == bastion
+    assert router.placement.notes == ()
+    assert sorted(p.name for p in copy.iterdir()) == ["catalog", "facts", FLEET_FILE, "hosts.yml", "llmgw.yaml",
+                                                      PLACEMENT_FILE]
+
+
+def test_a_new_serial_with_the_same_placement_packs_the_same_archive(tmp_path: Path) -> None:
+    """An apply that moved the state on but left the same models unplaceable sends no archive."""
+    root = example_site(tmp_path)
+    site = Site.load(root)
+    dashboard = hosts_for(site).dashboard_site
+    assert dashboard is not None
+    first = dashboard.pack(tmp_path / "a.tar").read_bytes()
+    state = read_state(site.state_file)
+    write_state(site.state_file, state)  # a new serial, the same replicas
+    assert read_state(site.state_file).serial == state.serial + 1
+    assert dashboard.pack(tmp_path / "b.tar").read_bytes() == first
+
+
+def test_a_router_without_a_placement_says_it_does_not_know(tmp_path: Path) -> None:
+    copy = _router_site(tmp_path, example_site(tmp_path))
+    (copy / PLACEMENT_FILE).unlink()
+    data = SiteDataCache(copy).get()
+    assert data.placement.unplaced == ()
+    assert data.placement.notes == (
+        f"what cannot be placed is not known here: no {copy / PLACEMENT_FILE} (apply plans it on the bastion "
+        "and ships it with the dashboard's site copy: run `llmgw apply`, or `llmgw status` on the bastion)",)
+    (copy / PLACEMENT_FILE).write_text('{"version": 2, "unplaced": []}')
+    data = SiteDataCache(copy).get()
+    assert data.placement.notes == (
+        f"what cannot be placed is not known here: {copy / PLACEMENT_FILE} is not a placement apply writes "
+        "(version: Input should be 1); `llmgw apply` replaces it",)

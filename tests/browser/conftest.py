@@ -24,6 +24,8 @@ from llmgw.site import Site
 from llmgw.state import read_state, write_state
 from llmgw.store import open_store
 from llmgw.store.model import UsageDelta
+from llmgw.views.placement import PLACEMENT_FILE
+from llmgw.views.planned import placement_json
 from tests.support.example_site import REPO, example_site
 from tests.support.net import free_port
 from tests.support.router import serve_in_thread
@@ -69,6 +71,8 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
                                                 for sh in r.shards]})
                 for r in state.replicas for port in [closed if r.id == UNHEALTHY else health.server_port]]
     write_state(site.state_file, state.model_copy(update={"replicas": replicas}))
+    # What cannot be placed, planned on the bastion as apply plans it for the routers' site copy.
+    (root / PLACEMENT_FILE).write_bytes(placement_json(site))
 
     store = open_store(f"sqlite:///{root / 'store.sqlite'}")
     store.set_group("research", rpm=600, tokens_per_day=5_000_000)

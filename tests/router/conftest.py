@@ -103,10 +103,11 @@ def start_router(sqlite_store: Store) -> Iterator[Callable[..., RunningRouter]]:
     running: list[RunningRouter] = []
 
     def start(state_path: Path, *, store: Store | None = None, settings: RouterSettings = FAST,
-              activator: Activator | None = None, metrics: bool = False) -> RunningRouter:
+              activator: Activator | None = None, metrics: bool = False,
+              site_dir: Path | None = None) -> RunningRouter:
         server = RouterServer(state_path=state_path, store=store or sqlite_store, listen=("127.0.0.1", 0),
                               admin_listen=("127.0.0.1", 0),
-                              metrics_listen=("127.0.0.1", 0) if metrics else None,
+                              metrics_listen=("127.0.0.1", 0) if metrics else None, site_dir=site_dir,
                               settings=settings, activator=activator, graceful_timeout=5)
         thread, errors = serve_in_thread(server)
         rr = RunningRouter(server, thread, store or sqlite_store, errors)

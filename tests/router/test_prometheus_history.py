@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's binary, on loopback) scraping a real router in front of a
-keyed llama-server: every query of dashboards/llmgw.json returns data without error, and
-the dashboard's History page draws the requests. The lab form of this test, with the
+keyed llama-server: every query of dashboards/llmgw.json returns data without error (the
+fleet row's from the example site's summary, made as apply makes it), and the dashboard's
+History page draws the requests. The lab form of this test, with the
 llmgw_prometheus role, is tests/e2e/test_metrics_lab.py."""
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from llmgw.router.engine_keys import ENGINE_KEYS_FILE
-from llmgw.site import SITE_FILE
+from llmgw.site import SITE_FILE, Site
 from llmgw.views import SiteDataCache
+from llmgw.views.planned import site_copy_files
 from llmgw.web.dashboard import _env
 from llmgw.web.history import history_router
+from tests.support.example_site import example_site
 from tests.support.net import free_port
 from tests.support.router import HTTP, REPO, RunningRouter, StateFile, model, replica
 from tests.support.waiting import wait_until
@@ -90,7 +93,12 @@ def test_every_grafana_query_and_the_history_page_against_a_real_prometheus(
     keys.write_text(json.dumps({"tiny-0": key}))
     keys.chmod(0o600)
     state.write([model("tiny")], [replica("tiny-0", "tiny", e.endpoint)])
-    router = start_router(state.path, metrics=True)
+    # The router's site copy, with the fleet summary apply makes on the bastion (the example
+    # site's: GPUs and fabrics, which the fleet row's queries need).
+    copy = example_site(tmp_path / "example")
+    for name, data in site_copy_files(Site.load(copy)).items():
+        (copy / name).write_bytes(data)
+    router = start_router(state.path, metrics=True, site_dir=copy)
     prom = prometheus(router.metrics_url.removeprefix("http://"))
     since = time.time() - 5
     client = router.client(api_key)
@@ -113,7 +121,7 @@ def test_every_grafana_query_and_the_history_page_against_a_real_prometheus(
 
     doc = json.loads(GRAFANA.read_text())
     queries = [(f"{p['title']} / {t['refId']}", t["expr"].replace("$__rate_interval", "30s")
-                .replace('"$model"', '".*"')) for p in doc["panels"] for t in p["targets"]]
+                .replace('"$model"', '".*"')) for p in doc["panels"] for t in p.get("targets", [])]  # a row has none
     assert all("$" not in q for _n, q in queries)
     empty: list[str] = []
 

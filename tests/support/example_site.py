@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llmgw.site import Site
 from llmgw.state import read_state, write_state
-from llmgw.views import load_site_data
+from llmgw.views.planned import load_site_data, view_plan
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventories" / "example"
@@ -28,8 +28,7 @@ def example_site(tmp: Path, *, state: bool = True) -> Path:
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("state.json", "state.json.lock", "*.sqlite"))
     if state:
         site = Site.load(root)
-        data = load_site_data(site)
-        applied = data.plan.applied(read_state(site.state_file))
+        applied = view_plan(load_site_data(site))[0].applied(read_state(site.state_file))
         replicas = []
         for r in applied.replicas:
             update: dict[str, object] = {"created_at": CREATED}
@@ -45,7 +44,7 @@ def ready_example_site(tmp: Path) -> Path:
     what an operator has after a good apply, for the answers each command gives then."""
     root = example_site(tmp, state=False)
     site = Site.load(root)
-    applied = load_site_data(site).plan.applied(read_state(site.state_file))
+    applied = view_plan(load_site_data(site))[0].applied(read_state(site.state_file))
     write_state(site.state_file, applied.model_copy(update={
         "replicas": [r.model_copy(update={"created_at": CREATED}) for r in applied.replicas]}))
     return root

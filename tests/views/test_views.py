@@ -12,10 +12,12 @@ import pytest
 
 from llmgw.fabric import parse_ibnetdiscover
 from llmgw.site import Site
-from llmgw.views import Runtime, SiteData, SiteDataCache, load_site_data
+from llmgw.views import Runtime, SiteData, SiteDataCache
 from llmgw.views.fabrics import fabric_drawing
 from llmgw.views.models import models_view
 from llmgw.views.nodes import node_detail, nodes_view
+from llmgw.views.placement import Unplaced
+from llmgw.views.planned import load_site_data, view_plan
 from llmgw.views.replicas import idle_text, replicas_view, shard_text
 from llmgw.views.status import status_view
 from llmgw.views.text import bar_cells, duration
@@ -246,8 +248,10 @@ def test_the_plan_is_made_when_a_view_asks_for_it(tmp_path: Path) -> None:
     data = load_site_data(Site.load(example_site(tmp_path)))
     nodes_view(data)
     node_detail(data, "gpu-node-01")
-    assert "_planned" not in vars(data)  # nothing has asked for the plan
+    assert "placement" not in vars(data)  # nothing has asked for the plan
     view = models_view(data, Runtime.unknown())
-    assert "_planned" in vars(data)
-    assert view["failures"] and [f["model"] for f in view["failures"]] == [u.model for u in data.plan.unplaced]
-    assert data.plan_notes == ()  # planned as `llmgw plan` plans: nothing to say
+    assert "placement" in vars(data)
+    plan, notes = view_plan(data)
+    assert view["failures"] and [f["model"] for f in view["failures"]] == [u.model for u in plan.unplaced]
+    assert data.placement.unplaced == tuple(Unplaced.model_validate(u.model_dump(mode="json")) for u in plan.unplaced)
+    assert data.placement.notes == notes == ()  # planned as `llmgw plan` plans: nothing to say

@@ -13,7 +13,7 @@ from llmgw.nodetime import format_time
 from llmgw.planner import Plan
 from llmgw.site import Site
 from llmgw.state import read_state, write_state
-from llmgw.views import load_site_data
+from llmgw.views.planned import load_site_data, view_plan
 from tests.support.cli import run_cli
 from tests.support.example_site import example_site, ready_example_site
 
@@ -86,7 +86,7 @@ def test_the_views_plan_is_the_plan_llmgw_plan_makes(tmp_path: Path) -> None:
     site = Site.load(root)
     write_state(site.state_file, plan.applied(read_state(site.state_file)))
     assert run_cli("-C", str(root), "plan", "--detailed-exitcode").exit_code == 0
-    assert load_site_data(site).plan.actions == []
+    assert view_plan(load_site_data(site))[0].actions == []
 
 
 def test_models_model_is_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

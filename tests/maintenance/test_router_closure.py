@@ -1,0 +1,83 @@
+"""What the router process can import: its closure outside llmgw/router, pinned (#34).
+
+The router runs on every router host beside the client traffic; whatever it imports is
+code that runs there, memory it holds and a surface an attacker on its listeners can reach.
+It serves the state and its dashboard renders the site copy apply ships it (llmgw.apply.
+dashboard_site): what the dashboard needs from a plan is planned on the bastion, so the
+planner never runs in the router (nor does anything of the control side).
+
+Read from the source like test_codebase's cycle check, `if TYPE_CHECKING:` imports and
+imports inside functions included: a late import still runs in the router, and a type-only
+one is a dependency a maintainer has to read.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.maintenance.test_codebase import MODULES, imports_of
+
+# The router's entry points: the ASGI app a worker serves, the server, a worker process.
+ENTRY_POINTS = ("llmgw.router.asgi", "llmgw.router.server", "llmgw.router.worker")
+# llmgw modules outside llmgw/router the router reaches. It only goes down: when a change
+# brings it below, lower it here. 87 before the dashboard's plan was made at apply (#34), 68
+# after; 76 once the same round's features landed beside it: what the router itself serves
+# (catalog.routes: weighted routes; store.batches: the Batch API; engines.descriptor) and
+# one-rule modules the planner and the views share so the views need no planner (gpus,
+# idle, nodetime, stack, views.held).
+MOST = 76
+NEVER = ("llmgw.planner", "llmgw.apply", "llmgw.controller", "llmgw.runner", "llmgw.edits",
+         "llmgw.facts.gather", "llmgw.cli")
+
+
+def closure(roots: tuple[str, ...]) -> dict[str, list[str]]:
+    """Every llmgw module `roots` import, directly or not, TYPE_CHECKING and late imports
+    included, a package's __init__ counted with each of its modules; one import path to each."""
+    graph = {name: imports_of(name, types=True) for name in MODULES}
+    paths = {r: [r] for r in roots}
+    todo = list(roots)
+    while todo:
+        m = todo.pop()
+        parents = {".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)}
+        for n in sorted((graph[m] | parents) & set(MODULES)):
+            if n not in paths:
+                paths[n] = [*paths[m], n]
+                todo.append(n)
+    return paths
+
+
+def outside_router(paths: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {m: p for m, p in paths.items() if m != "llmgw.router" and not m.startswith("llmgw.router.")}
+
+
+def test_the_closure_follows_type_checking_late_and_package_imports() -> None:
+    paths = closure(("llmgw.views",))
+    assert "llmgw.views.runtime" in paths  # under `if TYPE_CHECKING:` in llmgw/views/__init__.py
+    assert "llmgw" in paths  # a package's __init__ runs before its modules
+    assert "llmgw.views.planned" not in closure(("llmgw.views.status",))
+
+
+def test_the_entry_points_exist() -> None:
+    assert set(ENTRY_POINTS) <= set(MODULES)
+
+
+def test_the_router_imports_no_planner_and_nothing_of_the_control_side() -> None:
+    paths = outside_router(closure(ENTRY_POINTS))
+    bad = {m: " -> ".join(p) for m, p in sorted(paths.items()) if m.startswith(NEVER)}
+    assert not bad, f"the router process reaches: {bad}"
+
+
+def test_the_router_closure_only_shrinks() -> None:
+    paths = outside_router(closure(ENTRY_POINTS))
+    listing = "\n".join(f"{m}  <- {' -> '.join(p[-4:])}" for m, p in sorted(paths.items()))
+    assert len(paths) <= MOST, f"the router reaches {len(paths)} llmgw modules outside llmgw/router, " \
+        f"more than {MOST}: import less, or say in the review why it must\n{listing}"
+    print(f"router closure: {len(paths)} modules outside llmgw/router (ceiling {MOST})")
+
+
+@pytest.mark.xfail(strict=True, reason="not yet (#34): llmgw.inventory and llmgw.facts.cache import the memo, and "
+                   "the router's views read the inventory and facts through them; when this passes, drop the mark")
+def test_the_router_unpickles_no_memo() -> None:
+    """llmgw.facts.memo unpickles what it stored: code the router process should not hold."""
+    paths = outside_router(closure(ENTRY_POINTS))
+    assert "llmgw.facts.memo" not in paths, " -> ".join(paths["llmgw.facts.memo"])
