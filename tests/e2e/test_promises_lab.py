@@ -95,7 +95,6 @@ models:
 CLIENTS = 4
 
 
-@pytest.mark.unproven
 def test_a_killed_host_becomes_lost_and_its_replica_is_replaced(tmp_path: Path) -> None:
     """node1 (the router) serves `other`; node2 and node3 may serve `tiny`. The host of tiny is
     killed: the next `facts` marks it stale, and once lost_after (2 s) has passed since, plan
