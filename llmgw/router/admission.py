@@ -204,6 +204,10 @@ class Admission:
             if fut is not None and not fut.done():
                 fut.set_result(None)  # started or shed: slot() reads which from the ticket
 
+    def queued(self) -> dict[str, int]:
+        """Requests waiting per model, as demand scaling counts load (ondemand.py's report)."""
+        return {m: q.queued for m, q in self.scheduler.models.items() if q.queued}
+
     def pump(self) -> None:
         """Start waiters a capacity change made room for (a replica became ready)."""
         for model in [m for m, q in self.scheduler.models.items() if q.queued]:

@@ -117,6 +117,7 @@ class Router:
         self.admission = Admission(settings, lambda: self.table, metrics=self.metrics, slots=self.slots,
                                    workers=shared.rows if shared is not None and shared.row is not None else 1,
                                    index=shared.row if shared is not None and shared.row is not None else 0)
+        self.ondemand.queued = self.admission.queued  # a queue is load: demand scaling sees it
         self.proxy = Proxy(settings=settings, session=session, table=lambda: self.table, metrics=self.metrics,
                            recorder=self.recorder, clock=self.clock, ondemand=self.ondemand, quotas=self.quotas,
                            engine_keys=self.engine_keys, admission=self.admission)

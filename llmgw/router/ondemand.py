@@ -114,6 +114,8 @@ class OnDemand:
         self.asking: dict[str, asyncio.Task[Answer]] = {}  # model -> the ask in flight
         self.answers: dict[str, Answer] = {}  # model -> the controller's last answer
         self.waiting: dict[str, int] = {}  # model -> requests held now
+        # model -> requests waiting in admission's queue (app.py sets it): load as well.
+        self.queued: Callable[[], dict[str, int]] = dict
         self.last_request: dict[str, float] = {}  # model -> monotonic time of the last request
         self.report_error: str | None = None
 
@@ -199,10 +201,12 @@ class OnDemand:
         now = time.monotonic()
         table = self.table()
         assert self.activator is not None
+        queued = self.queued()
         return {"router": self.activator.name, "process": str(os.getpid()), "serial": table.serial,
                 "replicas": {r.id: {"in_flight": max(0, r.in_flight), "idle_s": round(max(0.0, now - r.last_active), 3)}
                              for r in table.replicas.values()},
-                "waiting": {m: n for m, n in self.waiting.items() if n > 0},
+                "waiting": {m: n for m in {*self.waiting, *queued}
+                            if (n := self.waiting.get(m, 0) + queued.get(m, 0)) > 0},
                 "model_idle_s": {m: round(max(0.0, now - t), 3) for m, t in self.last_request.items()}}
 
     async def run_reports(self) -> None:

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,6 +20,7 @@ from llmgw.router.admission import Admission, replica_slots, requested_priority
 from llmgw.router.auth import KeyCache
 from llmgw.router.engine_keys import EngineKeys
 from llmgw.router.metrics import RouterMetrics
+from llmgw.router.ondemand import OnDemand
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.principal import Tenancy
 from llmgw.router.settings import RouterSettings
@@ -90,6 +92,10 @@ async def test_requests_beyond_capacity_wait_and_start_as_slots_free() -> None:
     tasks = [asyncio.create_task(hold(adm, "g", order, gates[i], tag=f"g{i}")) for i in range(3)]
     await until(lambda: adm.scheduler.queue("m").queued == 2, "two waiting")
     assert order == ["g0"]
+    # A queue is load: the router's report to the controller's demand scaling counts it.
+    demand = OnDemand(SimpleNamespace(name="router-1"), S, lambda: t, asyncio.Event, lambda: None)  # type: ignore[arg-type]
+    demand.queued = adm.queued
+    assert demand.report()["waiting"] == {"m": 2}
     gates[0].set()
     await until(lambda: order == ["g0", "g1"], "g1 started")
     gates[1].set()

@@ -68,6 +68,11 @@ class EngineDouble:
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def props(self, request: web.Request) -> web.Response:
+        """The router asks a llama.cpp replica its slots (router/slots.py) as it checks health:
+        not a client's request, so not recorded; the double has no slot count to give."""
+        return web.json_response({"error": "no slots here"}, status=404)
+
     async def rerank(self, request: web.Request) -> web.Response:
         body, bad = await self._json(request)
         if bad:
@@ -167,6 +172,7 @@ class EngineDouble:
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self.health)
+        app.router.add_get("/props", self.props)
         app.router.add_post("/v1/rerank", self.rerank)
         app.router.add_post("/v1/score", self.score)
         app.router.add_post("/tokenize", self.tokenize)
