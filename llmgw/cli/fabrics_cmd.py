@@ -48,8 +48,8 @@ def site_index(facts_dir: Path) -> FabricIndex:
 
 def fabric_weights(app: AppContext, index: FabricIndex) -> dict[str, list[dict[str, Any]]]:
     """Fabric id -> the models whose weights how many of its hosts hold (llmgw.views.held)."""
-    from llmgw.views.planned import load_site_data
     from llmgw.views.held import per_fabric, weights_held
+    from llmgw.views.planned import load_site_data
 
     if not index.fabrics:
         return {}
