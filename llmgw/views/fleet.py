@@ -39,7 +39,7 @@ class GpuClass(_Record):
     nodes: int = _COUNT
     free: int = _COUNT  # healthy, unheld, on a ready node
     used: int = _COUNT  # held by a replica
-    held_back: int = _COUNT  # healthy and unheld, on a cordoned or draining node
+    held_back: int = _COUNT  # healthy and unheld, on a cordoned or draining node or left out (llmgw.gpus)
     unhealthy: int = _COUNT
     memory_total_bytes: int | None = Field(default=None, ge=0)  # None: a GPU of the class did not say
     memory_used_bytes: int | None = Field(default=None, ge=0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from llmgw.gpus import gpu_left_out
 from llmgw.idle import idle_verdict
 from llmgw.nodetime import liveness
 from llmgw.views.defaults import IDLE_AFTER
@@ -52,9 +53,9 @@ def capacity(data: SiteData, holders: dict[str, dict[int, str]]) -> tuple[list[d
                 c["unhealthy"] += 1
             elif g.index in held:
                 c["used"] += 1
-            elif host.node_state == "ready":
+            elif host.node_state == "ready" and gpu_left_out(g, host) is None:
                 c["free"] += 1
-            else:
+            else:  # on a cordoned or draining node, or a GPU placement leaves out (cordoned, health unknown)
                 c["held_back"] += 1
     out = []
     for c in sorted(classes.values(), key=lambda c: c["gpu_class"]):
@@ -75,7 +76,8 @@ def whole_nodes(data: SiteData, holders: dict[str, dict[int, str]]) -> list[dict
             continue
         f = data.facts.get(n)
         gpus = (f.gpus or []) if f is not None else []
-        whole = host.node_state == "ready" and bool(gpus) and all(g.healthy for g in gpus) and not holders.get(n)
+        whole = (host.node_state == "ready" and bool(gpus) and not holders.get(n)
+                 and all(g.healthy and gpu_left_out(g, host) is None for g in gpus))
         for fid in fids:
             members[fid].append(n)
             classes[fid].update(g.gpu_class for g in gpus)

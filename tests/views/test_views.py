@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.fabric import parse_ibnetdiscover
+from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from llmgw.views import Runtime, SiteData, SiteDataCache
 from llmgw.views.fabrics import fabric_drawing
@@ -33,9 +34,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteData]:
 
 
 def expected_capacity(site_root: Path) -> dict[str, dict[str, int]]:
-    """Count from the JSON files themselves: facts, state, and the two non-ready nodes."""
+    """Count from the files themselves: facts, state, the two non-ready nodes, and the GPUs the
+    inventory cordons by hand (held back: placement leaves them out)."""
     state = json.loads((site_root / "state.json").read_text())
     held = {(s["node"], g) for r in state["replicas"] for s in r["shards"] for g in s["gpus"]}
+    cordoned = {(h.name, i) for h in load_inventory(site_root / "inventory").hosts.values() for i in h.cordoned_gpus}
+    assert cordoned == {("gpu-node-10", 7)}
     out: dict[str, dict[str, int]] = {}
     for path in sorted((site_root / "facts").glob("*.json")):
         facts = json.loads(path.read_text())
@@ -46,7 +50,7 @@ def expected_capacity(site_root: Path) -> dict[str, dict[str, int]]:
                 c["unhealthy"] += 1
             elif (facts["host"], g["index"]) in held:
                 c["used"] += 1
-            elif facts["host"] in NOT_READY:
+            elif facts["host"] in NOT_READY or (facts["host"], g["index"]) in cordoned:
                 c["held_back"] += 1
             else:
                 c["free"] += 1
@@ -255,3 +259,20 @@ def test_the_plan_is_made_when_a_view_asks_for_it(tmp_path: Path) -> None:
     assert view["failures"] and [f["model"] for f in view["failures"]] == [u.model for u in plan.unplaced]
     assert data.placement.unplaced == tuple(Unplaced.model_validate(u.model_dump(mode="json")) for u in plan.unplaced)
     assert data.placement.notes == notes == ()  # planned as `llmgw plan` plans: nothing to say
+
+
+def test_a_gpu_placement_leaves_out_is_held_back_not_free(tmp_path: Path) -> None:
+    """status counts what placement can use: a GPU cordoned by hand (llmgw_cordoned_gpus) is
+    held back, not free, and its node is no longer a free whole node of its fabric."""
+    root = example_site(tmp_path)
+    hosts = root / "inventory" / "hosts.yml"
+    text = hosts.read_text()
+    assert "gpu-node-03: {ansible_host: 192.0.2.13}" in text
+    hosts.write_text(text.replace("gpu-node-03: {ansible_host: 192.0.2.13}",
+                                  "gpu-node-03: {ansible_host: 192.0.2.13, llmgw_cordoned_gpus: [5]}"))
+    view = status_view(load_site_data(Site.load(root), now=NOW), Runtime.unknown(), NOW)
+    h100 = next(c for c in view["capacity"] if c["gpu_class"] == "H100-80GB")
+    assert {k: h100[k] for k in ("total", "used", "free", "held_back", "unhealthy")} == \
+        {"total": 64, "used": 24, "free": 29, "held_back": 9, "unhealthy": 2}
+    fabric = next(f for f in view["fabrics"] if f["fabric"] == "ib-0c42a10300b20000")
+    assert fabric["free"] == ["gpu-node-04", "gpu-node-05"]
