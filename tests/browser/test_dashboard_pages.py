@@ -35,7 +35,7 @@ def test_overview(page: Page, dashboard: Dashboard) -> None:
 def test_nodes_and_a_node(page: Page, dashboard: Dashboard) -> None:
     page.goto(dashboard.url + "/nodes")
     rows = page.locator("table.nodes tbody tr")
-    expect(rows).to_have_count(18)
+    expect(rows).to_have_count(20)  # inventories/example: 20 hosts
     expect(page.locator("tr[data-node='gpu-node-06']")).to_contain_text("1 bad")
     expect(page.locator("tr[data-node='a100-node-03']")).to_contain_text("stale")
     expect(page.locator("tr[data-node='new-01']")).to_contain_text("never")
