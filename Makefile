@@ -58,8 +58,8 @@ unit: venv
 # Lab tests marked `unproven` (none today) have not yet been seen passing end to end here; they
 # run on their own until they have.
 # Two runs, both always: the tests that need no lab on every core, then the lab tests in
-# LAB_WORKERS processes, each running whole groups: a module and its lab, or every area on the
-# session's lab of three hosts (`shared_lab`), longest first (tests/conftest.py). Lab tests
+# LAB_WORKERS processes, each running whole modules (a module and its lab; the session's lab of
+# three hosts, `shared_lab`, once per process), longest first (tests/conftest.py). Lab tests
 # mostly wait on their hosts, so two share two cores well; each lab is up to 3 x 4.5 GiB of
 # memory, which bounds more. The lab run prints each lab test's time over 30 s (setup
 # included), and each batch its wall time, so CI's log says where the suite's minutes go
@@ -69,7 +69,7 @@ pytest: setup
 	@start=$$(date +%s); \
 	$(PYTEST) -n $(WORKERS) --dist loadgroup -m "not unproven and not lab"; rest=$$?; \
 	mid=$$(date +%s); \
-	$(PYTEST) -n $(LAB_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=0 --durations-min=30 \
+	$(PYTEST) -n $(LAB_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 --durations-min=30 \
 		-m "not unproven and lab"; lab=$$?; \
 	end=$$(date +%s); \
 	echo "make pytest: tests without a lab $$((mid - start)) s, lab tests $$((end - mid)) s, in all $$((end - start)) s"; \

@@ -58,13 +58,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if unselectable(collection_path, rel, markexpr, SLOW) else None
 
 
-# The lab tests run in a few processes at once (`make pytest`: LAB_WORKERS, `--dist loadgroup`).
-# Each module's tests share its lab (a module-scoped fixture), and every area on the session's
-# shared lab takes turns on it, so each is one group that one process runs. They mostly wait
-# on their hosts (SSH round trips, units starting, engines loading), so two processes on two
-# cores take ~half the time one does. The longest groups go first (the clean-clone CI log of
-# 2026-12-03: rollout 359 s, vLLM 304 s, apply 292 s, demand 341 s, multinode 244 s), so no
-# process is left with a long one at the end while the other idles.
+# The lab tests run in a few processes at once (`make pytest`: LAB_WORKERS, `--dist loadscope`:
+# a module's tests in one process, so each module's lab is made once). They mostly wait on
+# their hosts (SSH round trips, units starting, engines loading), so two share two cores. The
+# longest modules go first (the clean-clone CI log of 2026-12-03: rollout 359 s, demand 341 s,
+# vLLM 304 s, apply 292 s, multinode 244 s), so no process is left with a long one at the end
+# while the other idles. (Not `--dist loadgroup`: with pytest 9.2 its `xdist_group` marks group
+# nothing, as xdist 3.8 renames `item._nodeid`, which pytest no longer reads.)
 LAB_LONGEST_FIRST = (
     "tests/e2e/test_rollout_lab.py",
     "tests/e2e/test_demand_lab.py",
@@ -76,12 +76,6 @@ LAB_LONGEST_FIRST = (
 )
 
 
-def _lab_group(item: pytest.Item) -> str:
-    if "shared_lab" in getattr(item, "fixturenames", ()):
-        return "shared-lab"
-    return item.nodeid.split("::", 1)[0]
-
-
 def _lab_rank(item: pytest.Item) -> int:
     path = item.nodeid.split("::", 1)[0]
     return next((i for i, first in enumerate(LAB_LONGEST_FIRST) if path.startswith(first)), len(LAB_LONGEST_FIRST))
@@ -91,8 +85,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("lab") is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_lab_group(item)))
     # Stable: tests keep their order within a group, and groups without a rank keep theirs.
     items.sort(key=lambda item: _lab_rank(item) if item.get_closest_marker("lab") is not None
                else len(LAB_LONGEST_FIRST))
