@@ -47,7 +47,11 @@ def test_bench_and_check_tiny_store_results_that_models_shows(the_lab: Lab,
     fig = json.loads(bench.stdout)
     assert fig["router"] == the_lab.router_url
     assert (fig["requests"], fig["ok"], fig["errors"]) == (8, 8, 0), fig["errors_by_kind"]
-    assert fig["output_tokens"] == 8 * 16 and fig["ttft_p50_ms"] > 0 and fig["itl_p50_ms"] > 0
+    assert fig["output_tokens"] == 8 * 16 and fig["ttft_p50_ms"] > 0
+    # Measured for every stream (two tokens or more). Not > 0: the tiny model makes a token in
+    # well under a millisecond, so on a busy machine a stream's tokens can reach the client in
+    # one read, and its gaps round to 0.0 ms (seen once with two lab processes on two cores).
+    assert fig["itl_p90_ms"] >= fig["itl_p50_ms"] >= 0
     assert (fig["profiles"], fig["engine"], fig["nodes"]) == ("cpu", "llamacpp", rep.shards[0].node)
     assert fig["engine_version"].startswith("b")  # llama-server's build, from its answers
 
