@@ -101,3 +101,20 @@ def _now() -> float:
     import time
 
     return time.monotonic()
+
+
+def test_a_router_reports_a_replica_its_health_checks_find_down_and_the_controller_reads_it() -> None:
+    from types import SimpleNamespace
+
+    from llmgw.router.ondemand import OnDemand
+    from llmgw.router.table import ReplicaRuntime
+
+    down, up = (ReplicaRuntime(SimpleNamespace(id=rid, model="old", state="ready",  # type: ignore[arg-type]
+                                               endpoint="http://192.0.2.1:8000")) for rid in ("old-1", "old-2"))
+    down.mark_failure("health check failed", base=1.0, cap=30.0)
+    up.mark_healthy()
+    table = SimpleNamespace(serial=1, replicas={"old-1": down, "old-2": up})
+    router = OnDemand(SimpleNamespace(name="r1"), None, lambda: table, None, lambda: None)  # type: ignore[arg-type,return-value]
+    sent = router.report()
+    assert {rid: load["healthy"] for rid, load in sent["replicas"].items()} == {"old-1": False, "old-2": True}
+    assert failing_replicas([parse_report(sent, 0.0, "r1")], ("r1",)) == {"old-1"}
