@@ -200,7 +200,7 @@ class Controller:
         `_replan_at` comes from facts, and only planning computes it)."""
         now = time.monotonic()
         routers = load_inventory(site.inventory).routers
-        if self.refresher.refresh(site, self.scaler.reports.fresh(now), routers, self.backend.read(), now):
+        if self.refresher.refresh(site, self.scaler.reports.fresh(now), routers, self.backend.read, now):
             self._replan_at = datetime.now(UTC)
 
     def _fetch(self) -> str:

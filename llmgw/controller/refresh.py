@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from llmgw.controller.demand import Report
+from llmgw.errors import LlmgwError
 from llmgw.facts.cache import read_facts
 from llmgw.facts.gather import GatherReport, gather
 from llmgw.site import Site
@@ -55,11 +56,16 @@ class Refresher:
     every: float = REFRESH_EVERY
     last: dict[str, float] = field(default_factory=dict)  # node -> monotonic time of its last refresh
 
-    def refresh(self, site: Site, reports: Iterable[Report], routers: Iterable[str], state: State,
-                now: float) -> bool:
-        """Gather facts of the nodes whose replicas fail; True when one's reachability changed."""
+    def refresh(self, site: Site, reports: Iterable[Report], routers: Iterable[str],
+                state: Callable[[], State], now: float) -> bool:
+        """Gather facts of the nodes whose replicas fail; True when one's reachability changed.
+        `state` is read only when some replica fails (the demand tick runs every few seconds).
+        A gathering that fails outright (no such node any more, Ansible broken) is said, not
+        raised: the scaler's tick still runs, and the node is tried again after `every`."""
         failing = failing_replicas(reports, routers)
-        nodes = nodes_to_refresh(failing, state, self.last, now, self.every)
+        if not failing:
+            return False
+        nodes = nodes_to_refresh(failing, state(), self.last, now, self.every)
         if not nodes:
             return False
         for n in nodes:
@@ -67,7 +73,11 @@ class Refresher:
         self.say(f"facts: refreshing {', '.join(nodes)}: routers report replica(s) "
                  f"{', '.join(sorted(failing))[:300]} failing")
         before = {h: f.stale for h, f in read_facts(site.facts_dir).items() if h in nodes}
-        report = self.gather(site, limit=",".join(nodes))
+        try:
+            report = self.gather(site, limit=",".join(nodes))
+        except LlmgwError as exc:
+            self.say(f"facts: refreshing {', '.join(nodes)} failed: {exc.message}")
+            return False
         changed = False
         for host, outcome in sorted(report.hosts.items()):
             stale = outcome.facts.stale if outcome.facts is not None else None

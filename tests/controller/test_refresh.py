@@ -11,6 +11,7 @@ import pytest
 from llmgw.controller import Controller
 from llmgw.controller.demand import ReplicaLoad, Report, ReportError, parse_report
 from llmgw.controller.refresh import REFRESH_EVERY, failing_replicas, nodes_to_refresh
+from llmgw.errors import UsageError
 from llmgw.facts.cache import read_facts, write_facts
 from llmgw.facts.gather import GatherReport, HostOutcome, keep_stale
 from llmgw.facts.records import HostFacts
@@ -88,6 +89,10 @@ def test_the_demand_tick_refreshes_a_failing_replicas_node_and_plans_again(tmp_p
         assert ctl._replan_at is not None  # n1's reachability changed: its commit is planned again
         ctl.demand_tick()
         assert calls == ["n1"]  # once per interval
+        ctl.refresher.last.clear()
+        ctl.refresher.gather = _broken
+        ctl.demand_tick()
+        assert "facts: refreshing n1 failed: no such node" in said and ctl.status.error is None
         (work / "hosts.yml").write_text(WITH_N1)
         ctl.tick()
         assert any(line.endswith("planned again: a drain deadline passed or a node stopped answering")
@@ -95,6 +100,10 @@ def test_the_demand_tick_refreshes_a_failing_replicas_node_and_plans_again(tmp_p
     finally:
         ctl.stop()
         ctl.backend.close()
+
+
+def _broken(site: Site, *, limit: str | None = None) -> GatherReport:
+    raise UsageError("no such node")
 
 
 def _now() -> float:
