@@ -59,6 +59,9 @@ class ReplicaLoad:
     # Seconds since this router last started or finished a request on the replica (or first
     # saw it, when never used).
     idle_s: float = 0.0
+    # The router's health checks find it failing now (ejected or checked down); False when the
+    # router did not say (a router from before the field existed).
+    failing: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,12 @@ def parse_report(data: Any, at: float, router: str) -> Report:
     for rid, load in raw_replicas.items():
         if not isinstance(load, dict):
             raise ReportError(f"replicas.{_name(rid, 'a replica id')} must be an object")
+        healthy = load.get("healthy", True)
+        if not isinstance(healthy, bool):
+            raise ReportError(f"replicas.{rid}.healthy must be true or false, not {str(healthy)[:40]!r}")
         replicas[_name(rid, "a replica id")] = ReplicaLoad(
             in_flight=int(_count(load.get("in_flight", 0), f"replicas.{rid}.in_flight")),
-            idle_s=_count(load.get("idle_s", 0), f"replicas.{rid}.idle_s"))
+            idle_s=_count(load.get("idle_s", 0), f"replicas.{rid}.idle_s"), failing=not healthy)
     waiting: dict[str, int] = {}
     idle: dict[str, float] = {}
     for key, out in (("waiting", waiting), ("model_idle_s", idle)):

@@ -43,9 +43,11 @@ from llmgw.apply import applier_for
 from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.childenv import child_env
 from llmgw.controller.checkout import GitError, full_commit, git, materialize, overwrites, prepare_runtime, prune, vet
+from llmgw.controller.refresh import Refresher
 from llmgw.controller.runs import Run, RunSeal, RunStore, runs_for
 from llmgw.controller.scaler import Scaler
 from llmgw.errors import LlmgwError, PlanError
+from llmgw.inventory import load_inventory
 from llmgw.planner import Plan, load_plan, make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.planner.render import summary_line
@@ -106,6 +108,8 @@ class Controller:
         self._replan_at: datetime | None = None
         self.scaler = Scaler(runs=self.runs, backend=self.backend, name=self.name, grace=grace, say=self.say,
                              seal=self.seal)
+        # Facts of nodes whose replicas every router finds failing (refresh.py), on the demand tick.
+        self.refresher = Refresher(say=self.say)
 
     def _site(self, root: Path, *, facts: Path | None = None) -> Site:
         return Site.load(root, runtime=self.runtime, facts=facts)
@@ -180,13 +184,24 @@ class Controller:
                 if self.branch is not None and self.status.last_commit is None:
                     return  # the branch not looked at yet: the next tick plans it first
                 # The site folder holds the commit last applied (or approved), never one waiting.
-                self.scaler.tick(self._site(self.site_dir), self._applied() if self.branch is not None else "")
+                site = self._site(self.site_dir)
+                self._refresh_facts(site)
+                self.scaler.tick(site, self._applied() if self.branch is not None else "")
             except LlmgwError as exc:
                 self.status.error = exc.message
                 self.say(f"demand: {exc.message}")
             except Exception as exc:  # a long-running service: say it, and look again next time
                 log.exception("demand tick failed")
                 self.status.error = f"demand: {type(exc).__name__}: {exc}"
+
+    def _refresh_facts(self, site: Site) -> None:
+        """Gather facts of nodes whose replicas the routers find failing (refresh.py); when that
+        changes a node's reachability, the commit is planned again at the next tick (the plan's
+        `_replan_at` comes from facts, and only planning computes it)."""
+        now = time.monotonic()
+        routers = load_inventory(site.inventory).routers
+        if self.refresher.refresh(site, self.scaler.reports.fresh(now), routers, self.backend.read, now):
+            self._replan_at = datetime.now(UTC)
 
     def _fetch(self) -> str:
         assert self.branch is not None

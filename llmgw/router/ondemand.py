@@ -13,9 +13,10 @@ own); without one, a request for a model with no replica running is answered 503
   request gets its response started and SSE comments (`: ...`) while it waits, so clients
   and proxies in front do not time out; a failure then arrives as an SSE error event.
 - Every `report_interval` seconds the router reports its load: per replica, requests in
-  flight and seconds since its last request; per model, requests held and seconds since
-  the last request. The controller decides idle stops and scaling from every router's
-  reports together.
+  flight, seconds since its last request and whether its health checks find it failing
+  (the controller refreshes the facts of nodes whose replicas fail: controller/refresh.py);
+  per model, requests held and seconds since the last request. The controller decides idle
+  stops and scaling from every router's reports together.
 """
 
 from __future__ import annotations
@@ -203,7 +204,8 @@ class OnDemand:
         assert self.activator is not None
         queued = self.queued()
         return {"router": self.activator.name, "process": str(os.getpid()), "serial": table.serial,
-                "replicas": {r.id: {"in_flight": max(0, r.in_flight), "idle_s": round(max(0.0, now - r.last_active), 3)}
+                "replicas": {r.id: {"in_flight": max(0, r.in_flight), "idle_s": round(max(0.0, now - r.last_active), 3),
+                                    "healthy": r.health != "unhealthy"}
                              for r in table.replicas.values()},
                 "waiting": {m: n for m in {*self.waiting, *queued}
                             if (n := self.waiting.get(m, 0) + queued.get(m, 0)) > 0},
