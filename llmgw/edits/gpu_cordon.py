@@ -9,17 +9,15 @@ inventory is loaded again from a scratch copy to check that Ansible then sees it
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap
 
-from llmgw.edits.node_state import HostEntry, host_entries
+from llmgw.edits.node_state import HostEntry, host_entries, scratch_host
 from llmgw.edits.yamltext import FileEdit, UnsafeEdit, at_path, parse_yaml, prove, set_key
 from llmgw.errors import InventoryError, UsageError
-from llmgw.inventory import Host, load_inventory
+from llmgw.inventory import load_inventory
 
 KEY = "llmgw_cordoned_gpus"
 
@@ -51,26 +49,6 @@ def _write(text: str, path: Path, at: tuple[str | int, ...], value: list[int]) -
                          hint=f"write it on one line, {KEY}: {_flow_list(value)}; nothing was written")
     lines[vl] = line[:vc] + _flow_list(value) + line[vc + m.end():]
     return "".join(lines)
-
-
-def _scratch_host(inventory: Path, edit: FileEdit, node: str) -> Host | None:
-    """`node` as Ansible reads the inventory with the edit made, in a scratch copy."""
-    with tempfile.TemporaryDirectory(prefix="llmgw-inventory-") as tmp:
-        scratch = Path(tmp) / "inventory"
-        if inventory.is_dir():
-            shutil.copytree(inventory, scratch, symlinks=True)
-            target, loaded_from = scratch / edit.path.relative_to(inventory), scratch
-        else:
-            scratch.mkdir()
-            for sub in ("host_vars", "group_vars"):
-                if (inventory.parent / sub).is_dir():
-                    shutil.copytree(inventory.parent / sub, scratch / sub, symlinks=True)
-            loaded_from = scratch / inventory.name
-            shutil.copy2(inventory, loaded_from)
-            target = scratch / edit.path.relative_to(inventory.parent)
-        assert edit.after is not None
-        target.write_text(edit.after, encoding="utf-8")
-        return load_inventory(loaded_from).hosts.get(node)
 
 
 def gpu_cordon_edit(inventory: Path, node: str, gpu: int, cordon: bool) -> FileEdit | None:
@@ -108,7 +86,7 @@ def gpu_cordon_edit(inventory: Path, node: str, gpu: int, cordon: bool) -> FileE
 
     prove(entry.file, before, after, expect)
     edit = FileEdit(entry.file, before, after)
-    seen = _scratch_host(inventory, edit, node)
+    seen = scratch_host(inventory, edit, node)
     if seen is None or sorted(seen.cordoned_gpus) != want:
         raise InventoryError(f"the edit to {edit.path} would not take effect: Ansible would still see {node}'s "
                              f"{KEY} as {sorted(seen.cordoned_gpus) if seen else 'missing'}",

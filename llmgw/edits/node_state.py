@@ -19,7 +19,7 @@ from typing import Any
 
 from llmgw.edits.yamltext import YAML_SUFFIXES, FileEdit, at_path, prove, remove_key, set_key
 from llmgw.errors import InventoryError, UsageError
-from llmgw.inventory import NodeState, load_inventory
+from llmgw.inventory import Host, NodeState, load_inventory
 from llmgw.nodetime import DRAIN_DEADLINE_VAR, format_time
 from llmgw.yamlio import YamlSyntaxError, loads_yaml
 
@@ -100,15 +100,14 @@ def host_entries(inventory: Path, host: str) -> tuple[list[HostEntry], list[Path
     return entries, ini
 
 
-def _validated_inventory(inventory: Path, edit: FileEdit, node: str, state: NodeState,
-                         deadline: datetime | None) -> None:
-    """Load the inventory as Ansible would with the edit made, in a scratch copy."""
+def scratch_host(inventory: Path, edit: FileEdit, node: str) -> Host | None:
+    """`node` as Ansible reads the inventory with the edit made, in a scratch copy (the
+    inventory's folder, or its file with the host_vars and group_vars beside it)."""
     with tempfile.TemporaryDirectory(prefix="llmgw-inventory-") as tmp:
         scratch = Path(tmp) / "inventory"
         if inventory.is_dir():
             shutil.copytree(inventory, scratch, symlinks=True)
-            target = scratch / edit.path.relative_to(inventory)
-            loaded_from = scratch
+            target, loaded_from = scratch / edit.path.relative_to(inventory), scratch
         else:
             scratch.mkdir()
             for sub in ("host_vars", "group_vars"):
@@ -119,7 +118,13 @@ def _validated_inventory(inventory: Path, edit: FileEdit, node: str, state: Node
             target = scratch / edit.path.relative_to(inventory.parent)
         assert edit.after is not None
         target.write_text(edit.after, encoding="utf-8")
-        host = load_inventory(loaded_from).hosts.get(node)
+        return load_inventory(loaded_from).hosts.get(node)
+
+
+def _validated_inventory(inventory: Path, edit: FileEdit, node: str, state: NodeState,
+                         deadline: datetime | None) -> None:
+    """Load the inventory as Ansible would with the edit made, in a scratch copy."""
+    host = scratch_host(inventory, edit, node)
     if host is None or host.node_state != state:
         now = host.node_state if host else "missing"
         raise InventoryError(f"the edit to {edit.path} would not take effect: Ansible would still see "
