@@ -108,7 +108,8 @@ def test_this_machines_kernel_log_is_read_for_real() -> None:
     text, source, reason = xid.read_kernel_log(host_io.run_command)
     assert reason is None, reason
     assert source in ("journalctl", "dmesg")
-    assert "Linux version" in text  # the kernel's first line since boot
+    # Kernel lines, read for real (not the boot's first line: the ring buffer wraps on a busy host).
+    assert text.strip() and all(line[:4].isdigit() or line.startswith("[") for line in text.splitlines()[:5])
     assert xid.parse_kernel_log(text) == []  # no NVIDIA driver here
 
 
