@@ -48,12 +48,12 @@ def site_index(facts_dir: Path) -> FabricIndex:
 
 def fabric_weights(app: AppContext, index: FabricIndex) -> dict[str, list[dict[str, Any]]]:
     """Fabric id -> the models whose weights how many of its hosts hold (llmgw.views.held)."""
-    from llmgw.views.held import per_fabric, weights_held
+    from llmgw.views.held import per_fabric
     from llmgw.views.planned import load_site_data
 
     if not index.fabrics:
         return {}
-    held = weights_held(load_site_data(app.site))
+    held = load_site_data(app.site).held
     return {fid: per_fabric(held, f.hosts) for fid, f in index.fabrics.items()}
 
 

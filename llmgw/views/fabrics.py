@@ -15,7 +15,7 @@ from typing import Any
 
 from llmgw.fabric import End, Fabric, Link
 from llmgw.fabric.structure import TIER_ORDER, hexguid, natural_key
-from llmgw.views.held import per_fabric, weights_held
+from llmgw.views.held import per_fabric
 from llmgw.views.sitedata import SiteData
 
 # Eight rail colours that stay apart for most colour vision (Okabe-Ito, darkened yellow).
@@ -33,7 +33,7 @@ GUTTER = 110  # left of the drawing: the tier labels
 def fabrics_list(data: SiteData) -> list[dict[str, Any]]:
     """Every fabric's summary, its inventory nodes, and which models' weights how many of them hold."""
     out = []
-    held = weights_held(data)
+    held = data.held
     for fid, f in data.fabrics.fabrics.items():
         nodes = sorted(h for h in f.hosts if h in data.inventory.nodes)
         out.append({"id": fid, "source": f.source, **f.summary(), "nodes": nodes, "weights": per_fabric(held, nodes)})

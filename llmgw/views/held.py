@@ -14,11 +14,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from llmgw.views.placement import Held
-from llmgw.views.sitedata import SiteData
-
-
-def weights_held(data: SiteData) -> Held:
-    return data.held
 
 
 def per_fabric(held: Held, members: Iterable[str]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Any
 from llmgw.facts.records import Filesystem, HostFacts
 from llmgw.gpus import gpu_left_out
 from llmgw.nodetime import liveness
-from llmgw.views.held import node_weights, weights_held
+from llmgw.views.held import node_weights
 from llmgw.views.placement import Held
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
@@ -63,7 +63,7 @@ def disk_record(filesystems: list[Filesystem]) -> dict[str, Any]:
 
 
 def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: list[str], held: Held) -> dict[str, Any]:
-    """`replicas`: the node's entry of `replicas_by_node`; `held`: `weights_held(data)`."""
+    """`replicas`: the node's entry of `replicas_by_node`; `held`: `data.held`."""
     host = data.inventory.nodes[name]
     facts = data.facts.get(name)
     rec: dict[str, Any] = {
@@ -108,7 +108,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
 
 
 def nodes_view(data: SiteData) -> dict[str, Any]:
-    holders, replicas, held = gpu_holders(data), replicas_by_node(data), weights_held(data)
+    holders, replicas, held = gpu_holders(data), replicas_by_node(data), data.held
     nodes = [node_record(data, n, holders.get(n, {}), replicas.get(n, []), held) for n in sorted(data.inventory.nodes)]
     return {"nodes": nodes, "notes": list(data.notes)}
 
@@ -118,7 +118,7 @@ def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
     if name not in data.inventory.nodes:
         return None
     holders = gpu_holders(data).get(name, {})
-    rec = node_record(data, name, holders, replicas_by_node(data).get(name, []), weights_held(data))
+    rec = node_record(data, name, holders, replicas_by_node(data).get(name, []), data.held)
     facts = data.facts.get(name)
     rec["gpu_list"] = None if facts is None or facts.gpus is None else [
         {"index": g.index, "name": g.name, "gpu_class": g.gpu_class, "memory_total_mb": g.memory_total_mb,

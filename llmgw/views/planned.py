@@ -41,9 +41,10 @@ def plan_inputs(data: SiteData) -> PlanInputs:
                       unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)
 
 
-def view_plan(data: SiteData) -> tuple[Plan, tuple[str, ...]]:
-    """The plan a view shows, and why it is not the one `llmgw plan` would make, if it is not."""
-    inputs = plan_inputs(data)
+def view_plan(data: SiteData, inputs: PlanInputs | None = None) -> tuple[Plan, tuple[str, ...]]:
+    """The plan a view shows, and why it is not the one `llmgw plan` would make, if it is not
+    (`inputs`: `plan_inputs(data)`, when the caller made them already)."""
+    inputs = inputs or plan_inputs(data)
     with collector.paused():
         try:
             return make_plan(inputs), ()
@@ -73,8 +74,9 @@ def held_by_plan(inputs: PlanInputs) -> Held:
 
 
 def planned_placement(data: SiteData) -> Placement:
-    plan, notes = view_plan(data)
-    held, sources = data.held, read_sources(data.site.facts_dir)
+    inputs = plan_inputs(data)  # once, for the plan and for whose weights are where
+    plan, notes = view_plan(data, inputs)
+    held, sources = held_by_plan(inputs), read_sources(data.site.facts_dir)
     pins = {m.name: Pin(commit=info.commit, size_bytes=info.size_bytes)
             for m in data.catalog if (info := sources.get(model_spec(m))) is not None}
     return Placement(notes=notes,

@@ -26,7 +26,7 @@ from llmgw.gpus import gpu_left_out
 from llmgw.idle import idle_verdict
 from llmgw.nodetime import liveness
 from llmgw.views.defaults import IDLE_AFTER
-from llmgw.views.held import per_fabric, weights_held
+from llmgw.views.held import per_fabric
 from llmgw.views.models import models_view, not_moved_reason
 from llmgw.views.nodes import gpu_holders, replicas_by_node
 from llmgw.views.replicas import in_order, replica_activity
@@ -111,7 +111,7 @@ def drains(data: SiteData, replicas: dict[str, list[str]]) -> list[dict[str, Any
 
 def fabric_weights(data: SiteData, fabrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`fabrics` (whole_nodes) each with the models whose weights how many of its nodes hold."""
-    held = weights_held(data)
+    held = data.held
     members: dict[str, list[str]] = {f["fabric"]: [] for f in fabrics}
     for n in data.inventory.nodes:
         for fid in data.fabric_map.fabrics_of(n):
