@@ -11,9 +11,14 @@ from llmgw.facts.records import Gpu
 from llmgw.inventory import Host
 
 
-def gpu_left_out(gpu: Gpu, host: Host) -> str | None:
+def gpu_left_out(gpu: Gpu, host: Host, fabric_manager: str | None = None) -> str | None:
     """Why placement leaves this GPU out, or None: cordoned by hand, a problem, or health not
-    known (unless the host allows unknown). Per GPU: the host's other GPUs stay placeable."""
+    known (unless the host allows unknown). Per GPU: the host's other GPUs stay placeable,
+    except for a host-wide cause: `fabric_manager` (HostFacts.fabric_manager) not active on an
+    NVSwitch system, where no GPU can join the fabric CUDA needs."""
+    if fabric_manager is not None and fabric_manager != "active":
+        return (f"GPU {gpu.index} unusable: nvidia-fabricmanager is {fabric_manager} on this NVSwitch system "
+                f"(start it: `systemctl start nvidia-fabricmanager` on {host.name}, then `llmgw facts`)")
     if gpu.index in host.cordoned_gpus:
         return f"GPU {gpu.index} cordoned (llmgw_cordoned_gpus; `llmgw uncordon {host.name} --gpu {gpu.index}`)"
     if gpu.problems:

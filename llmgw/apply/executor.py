@@ -32,7 +32,7 @@ from typing import Any
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
-from llmgw.planner import Action, Plan, PlannedReplica
+from llmgw.planner import Action, Plan, PlannedReplica, PlannedShard
 from llmgw.state import LocalBackend, ModelRecord, Replica, ReplicaState, Shard, State, StateBackend, WriteMeta
 
 Say = Callable[[str], None]
@@ -167,7 +167,19 @@ class Applier:
                 "trust_remote_code": bool(r.trust_remote_code), "rank": s.rank,
                 "nodes": len(r.shards), "leader": leader.address,
                 "peers": [f"{x.address}:{x.port}" for x in sorted(r.shards, key=lambda x: x.rank)],
-                "fabric": r.fabric or "", "ib_hcas": self._hcas(s.node, r.fabric) if len(r.shards) > 1 else []}
+                "fabric": r.fabric or "", "ib_hcas": self._shard_hcas(r, s),
+                # Where the plan put its GPUs (llmgw.planner.topology): UUIDs for CUDA_VISIBLE_DEVICES,
+                # and the NUMA node to bind CPUs and memory to (None: no binding).
+                "gpu_uuids": list(s.topology.gpu_uuids) if s.topology else [],
+                "numa_node": s.topology.numa_node if s.topology and s.topology.numa_bind else None}
+
+    def _shard_hcas(self, r: PlannedReplica, s: PlannedShard) -> list[str]:
+        """NCCL_IB_HCA: the adapters the plan chose nearest the shard's GPUs, else the node's on the fabric."""
+        if len(r.shards) <= 1:
+            return []
+        if s.topology is not None and s.topology.ib_hcas is not None:
+            return list(s.topology.ib_hcas)
+        return self._hcas(s.node, r.fabric)
 
     def _hcas(self, node: str, fabric: str | None) -> list[str]:
         if fabric is None or self.fabric_hcas is None:

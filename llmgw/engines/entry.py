@@ -35,6 +35,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "state": re.compile(r"^(present|absent)$"),
 }
 _HCA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+_GPU_UUID = re.compile(r"^(?:GPU|MIG)-[0-9A-Za-z-]{1,90}$")  # as NVML names them (llmgw.planner.schema)
 _INTS = ("port", "rank", "nodes")
 
 
@@ -91,6 +92,13 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
     hcas = entry.get("ib_hcas") or []
     out += [f"ib_hcas entry {h!r} is not an adapter name" for h in (hcas if isinstance(hcas, list) else [hcas])
             if not isinstance(h, str) or not _HCA.match(h)]
+    uuids = entry.get("gpu_uuids") or []
+    if not isinstance(uuids, list) or not all(isinstance(u, str) and _GPU_UUID.match(u) for u in uuids) \
+            or (uuids and len(uuids) != len(gpus if isinstance(gpus, list) else [])):
+        out.append(f"gpu_uuids {uuids!r} is not one NVML UUID (GPU-...) per GPU index of gpus")
+    numa = entry.get("numa_node")
+    if numa is not None and not (_is_int(numa) and 0 <= int(numa) <= 1023):
+        out.append(f"numa_node {numa!r} is not a NUMA node number (0-1023) or null")
     if not isinstance(entry.get("trust_remote_code", False), bool):
         out.append(f"trust_remote_code {entry['trust_remote_code']!r} is not true or false")
     engine = str(entry.get("engine", ""))

@@ -106,14 +106,21 @@ def facts_from_results(host: str, results: Mapping[str, TaskResult], now: dateti
         ib_adapters=fabric_facts.get("llmgw_ib_adapters", facts.get("llmgw_ib_adapters")),
         ibnetdiscover=fabric_facts.get("llmgw_ibnetdiscover"),
         ibnetdiscover_reason=fabric_facts.get("llmgw_ibnetdiscover_reason"),
+        **_ib_stack(facts.get("llmgw_ib_stack")),
     )
+
+
+def _ib_stack(found: Any) -> dict[str, Any]:
+    found = found if isinstance(found, dict) else {}
+    return {"rdma_core": found.get("rdma_core"), "ofed": found.get("ofed")}
 
 
 def _gpu_host(found: Any) -> dict[str, Any]:
     """The host-wide part of gpu_facts (llmgw_gpu_host) as HostFacts fields."""
     found = found if isinstance(found, dict) else {}
     return {"gpu_driver": found.get("driver_version"), "cuda_version": found.get("cuda_version"),
-            "gpu_kernel_log": found.get("kernel_log"), "gpu_notes": found.get("notes")}
+            "gpu_kernel_log": found.get("kernel_log"), "gpu_notes": found.get("notes"),
+            "fabric_manager": found.get("fabric_manager")}
 
 
 def keep_stale(previous: HostFacts, reason: str, now: datetime) -> HostFacts:

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from datetime import datetime
 from itertools import repeat
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,20 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
+# Where a device sits (gpu_facts, ib_facts; module_utils/topology.py). Facts are committed with
+# the site, so a pull request may change them: every one is bounded and of one shape.
+NumaNode = Annotated[int, Field(strict=True, ge=0, le=1023)]
+GpuIndex = Annotated[int, Field(ge=0, le=1023)]  # not strict: JSON object keys are strings
+PciBusId = Annotated[str, Field(pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")]
+PciRoot = Annotated[str, Field(pattern=r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")]
+# NVML's common-ancestor levels (nvmlGpuTopologyLevel_t), closest first: the same board
+# (NVLink/NVSwitch), one PCIe switch, several switches, one host bridge, one NUMA node, and
+# across the CPU interconnect.
+TopologyLevel = Literal["internal", "single", "multiple", "hostbridge", "node", "system"]
+TOPOLOGY_LEVELS: tuple[TopologyLevel, ...] = get_args(TopologyLevel)
+StackVersion = Annotated[str, Field(max_length=64, pattern=r"^[0-9A-Za-z][0-9A-Za-z.+~:_-]*$")]
+
+
 class Gpu(_Model):
     index: int
     uuid: str
@@ -35,6 +49,11 @@ class Gpu(_Model):
     memory_used_mb: int | None = None
     pci_bus_id: str | None = None  # "0000:3b:00.0", as sysfs spells it
     vbios: str | None = None
+    numa_node: NumaNode | None = None  # from sysfs; None: not known (or the kernel's -1)
+    pci_root: PciRoot | None = None  # the PCIe root complex it hangs off, e.g. "pci0000:15"
+    # GPU index -> NVML's level between the two; None: not reported (older facts, an old driver).
+    topology: Annotated[dict[GpuIndex, TopologyLevel], Field(max_length=1024)] | None = None
+    nvlink_peers: Annotated[list[GpuIndex], Field(max_length=1024)] | None = None  # None: no NVLink
     # Each problem that keeps this GPU out of placement, as a sentence. Empty = healthy.
     problems: list[str] = Field(default_factory=list)
     # Findings that do not keep it out (an application's Xid, NVLink error counts), as sentences.
@@ -106,6 +125,9 @@ class IbAdapter(_Model):
     node_guid: str | None = None  # "0x" + 16 hex digits
     node_desc: str | None = None  # e.g. "gpu-node-01 mlx5_0", as ibnetdiscover prints it
     ports: list[IbPort] = Field(default_factory=list)
+    pci_bus_id: PciBusId | None = None  # where it sits, for the adapters nearest a shard's GPUs
+    numa_node: NumaNode | None = None
+    pci_root: PciRoot | None = None
 
 
 class HostFacts(_Model):
@@ -127,6 +149,12 @@ class HostFacts(_Model):
     cuda_version: str | None = None  # the newest CUDA that driver supports, e.g. "12.8"
     gpu_kernel_log: str | None = None  # where Xids were read: "journalctl" | "dmesg"; None: not read
     gpu_notes: list[str] | None = None  # host-wide GPU notes (Xids at addresses NVML does not list...)
+    # nvidia-fabricmanager's state (systemd's word) on an NVSwitch system; None: not one, or not known.
+    # Anything but "active" there keeps every GPU of the host out (llmgw.gpus).
+    fabric_manager: Literal["active", "inactive", "failed", "activating", "deactivating", "reloading",
+                            "not installed"] | None = None
+    rdma_core: StackVersion | None = None  # rdma-core's package version, from ib_facts
+    ofed: StackVersion | None = None  # MLNX_OFED's, where installed
     filesystems: list[Filesystem] | None = None
     weights: list[Weights] | None = None
     units: list[Unit] | None = None

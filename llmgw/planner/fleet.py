@@ -98,7 +98,8 @@ class NodeView:
                 indexes = [g.index for g in gpus]
             total = tuple(indexes)
             host = self.host
-            left_out = [(g, why) for g in gpus if (why := gpu_left_out(g, host)) is not None]
+            fm = self.facts.fabric_manager if self.facts is not None else None
+            left_out = [(g, why) for g in gpus if (why := gpu_left_out(g, host, fm)) is not None]
             out = {g.index for g, _ in left_out}
             cached = GpuPool(total, total if not left_out else tuple([i for i in indexes if i not in out]),
                              tuple(g for g, _ in left_out), tuple(why for _, why in left_out))

@@ -40,6 +40,7 @@ from llmgw.planner.placement import Choice, Need, Verdict, choose, rejections, v
 from llmgw.planner.routes import route_change, route_record, split_text
 from llmgw.planner.schema import replica_sort_key
 from llmgw.planner.spec import endpoint_url, parse_unit, spec_hash, unit_name
+from llmgw.planner.topology import GpuMap, gpu_map, nearest_hcas, pick_gpus, uuids_of
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
 from llmgw.weights.hub import is_repo_source
 from llmgw.weights.names import cache_name
@@ -121,6 +122,8 @@ class _Planner:
         self.target: dict[str, int] = {}
         self._next_n: dict[str, int] = {}
         self._specs: dict[tuple[str, str], str] = {}
+        # node -> its GPUs' topology (llmgw.planner.topology) and UUIDs by index
+        self._gpu_maps: dict[str, tuple[GpuMap | None, dict[int, str]]] = {}
         self._needs: dict[tuple[str, str], Need] = {}
         self._profiles: dict[tuple[str, str], tuple[Model | None, Profile | None]] = {}
         self._units: dict[str, tuple[NodeView, set[str]] | None] = {}
@@ -325,19 +328,44 @@ class _Planner:
         shards = []
         size = self._size(model)
         for rank, node in enumerate(choice.nodes):
-            gpus = node.free(profile.gpu_class)[:profile.gpus]
+            gpus, topology = self._gpus_for(node, profile, choice.fabric)
             port = node.free_port(self.fleet.ports)
             assert port is not None and len(gpus) == profile.gpus
             name = self.cache_names[model.source]
             self.fleet.take(node, gpus, profile.min_memory_gb, port, model.source, name, size)
             shards.append(schema.PlannedShard.placed(node=node.name, rank=rank, gpus=gpus, port=port,
                                                      unit=unit_name(rid, rank), address=node.host.mgmt_address,
-                                                     present_at=self.fleet.copy_at(node, model.source, name)))
+                                                     present_at=self.fleet.copy_at(node, model.source, name),
+                                                     topology=topology))
         return schema.PlannedReplica.placed(
             id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
             endpoint=endpoint_url(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
             fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
             args=list(profile.args), env=dict(profile.env), trust_remote_code=profile.trust_remote_code or None)
+
+    def _gpus_for(self, node: NodeView, profile: Profile, fabric: str | None,
+                  ) -> tuple[list[int], schema.ShardTopology | None]:
+        """The shard's GPU indices on `node`, packed by its topology, and what the plan shows of
+        where they sit and which UUIDs they have (None for a CPU shard, or a host whose facts
+        know neither)."""
+        if profile.gpus == 0:
+            return [], None
+        free = node.free(profile.gpu_class)
+        known = self._gpu_maps.get(node.name)
+        if known is None:
+            known = self._gpu_maps[node.name] = (gpu_map(node.gpus or []), uuids_of(node.gpus or []))
+        m, by_index = known
+        picked = pick_gpus(free, profile.gpus, m)
+        uuids = [by_index[i] for i in picked.gpus] if all(i in by_index for i in picked.gpus) else []
+        if m is None and not uuids:
+            return picked.gpus, None
+        hcas: list[str] | None = None
+        why: str | None = None
+        if fabric is not None and m is not None:
+            rails = list(self.fleet.fabric_index.leaves_of(node.name, fabric))
+            hcas, why = nearest_hcas(rails, node.facts.ib_adapters if node.facts else None, picked.gpus, m)
+        bind = profile.numa == "bind" and picked.numa_node is not None
+        return picked.gpus, schema.ShardTopology.trusted(picked.level, picked.numa_node, bind, uuids, hcas, why)
 
     def _place(self, model: Model, rid_for: str) -> tuple[schema.PlannedReplica | None, list[schema.Rejection]]:
         """One replica of `model`, trying its profiles in catalog order."""

@@ -36,6 +36,21 @@ def _shard(s: PlannedShard | Shard) -> str:
     return f'"{s.node}" gpus [{gpus}] port {s.port}' + (f' weights in place "{at}"' if at else "")
 
 
+def _topology(s: PlannedShard) -> str | None:
+    """Why the shard got those GPUs and what goes with them (llmgw.planner.topology), or None."""
+    t = s.topology
+    if t is None or (t.level is None and t.ib_hcas is None and not t.numa_bind):
+        return None
+    parts = []
+    if t.level is not None:
+        parts.append(f"GPUs on {t.level}" + (f" (NUMA node {t.numa_node})" if t.numa_node is not None else ""))
+    if t.ib_hcas is not None:
+        parts.append(f"NCCL_IB_HCA {','.join(t.ib_hcas)}" + (f" ({t.ib_why})" if t.ib_why else ""))
+    if t.numa_bind:
+        parts.append(f"CPUs and memory bound to NUMA node {t.numa_node}")
+    return '"' + "; ".join(parts) + '"'
+
+
 def _q(text: str | None) -> str | None:
     return None if text is None else f'"{text}"'
 
@@ -64,6 +79,8 @@ def _replica_lines(new: PlannedReplica | None, old: Replica | None) -> list[str]
     for rank in sorted(set(olds) | set(news)):
         o, n = olds.get(rank), news.get(rank)
         rows.append((f"shard {rank}", _shard(o) if o else None, _shard(n) if n else None))
+        if n is not None and (where := _topology(n)):
+            rows.append((f"  placed {rank}", None, where))
     width = max(len(k) for k, _, _ in rows)
     for key, a, b in rows:
         lines.append(f"      {key.ljust(width)} = {pair(a, b)}")

@@ -103,6 +103,36 @@ Digest = Annotated[str, Field(pattern=r"^(?:[0-9a-f]{64})?$")]
 _cache_entry = lru_cache(maxsize=4096)(cache_name)  # weights.names.cache_name, per source: replicas share a few
 
 
+GpuUuid = Annotated[str, Field(pattern=r"^(?:GPU|MIG)-[0-9A-Za-z-]{1,90}$")]
+HcaName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,64}(?::[0-9]{1,3})?$")]  # NCCL_IB_HCA's `mlx5_0:1`
+
+
+class ShardTopology(_Model):
+    """Where on its host a shard's GPUs sit and what goes with them (llmgw.planner.topology):
+    shown in the plan, and carried into the unit by apply."""
+
+    # The closest level every two of its GPUs share ("NVLink", "one NUMA node"...); None: not known.
+    level: Line | None = None
+    numa_node: Annotated[int, Field(strict=True, ge=0, le=1023)] | None = None  # the one they share
+    numa_bind: bool = False  # the unit binds CPUs and memory to numa_node (profile `numa: bind`)
+    gpu_uuids: Annotated[list[GpuUuid], Field(max_length=64)] = Field(default_factory=list)  # by index order
+    ib_hcas: Annotated[list[HcaName], Field(max_length=64)] | None = None  # NCCL_IB_HCA; None: no fabric
+    ib_why: Line | None = None  # why those adapters
+
+    @classmethod
+    def trusted(cls, level: str | None, numa_node: int | None, numa_bind: bool, gpu_uuids: list[str],
+                ib_hcas: list[str] | None, ib_why: str | None) -> ShardTopology:
+        """From the planner's own values, made from validated facts (see `_trusted`)."""
+        return _trusted(cls, {"level": level, "numa_node": numa_node, "numa_bind": numa_bind,
+                              "gpu_uuids": gpu_uuids, "ib_hcas": ib_hcas, "ib_why": ib_why})
+
+    @model_validator(mode="after")
+    def _bind(self) -> ShardTopology:
+        if self.numa_bind and self.numa_node is None:
+            raise ValueError("numa_bind is set but the shard's GPUs share no numa_node")
+        return self
+
+
 class PlannedShard(_Model):
     node: HostName
     rank: Rank
@@ -113,6 +143,8 @@ class PlannedShard(_Model):
     # An operator's copy of the weights on this node, served in place (llmgw.weights.present):
     # apply fetches nothing for this shard and gives the engine this path. None: the cache entry.
     present_at: Annotated[str, Field(max_length=4096)] | None = None
+    # Where its GPUs sit and what goes with them; None: nothing known beyond the indices.
+    topology: ShardTopology | None = None
 
     @model_validator(mode="after")
     def _address(self) -> PlannedShard:
@@ -121,14 +153,17 @@ class PlannedShard(_Model):
         if self.present_at is not None and not is_model_path(self.present_at):
             raise ValueError(f"present_at {self.present_at!r} is not an absolute path of letters, digits and "
                              "._+- without '.' or '..' parts")
+        if self.topology is not None and self.topology.gpu_uuids and len(self.topology.gpu_uuids) != len(self.gpus):
+            raise ValueError(f"topology.gpu_uuids names {len(self.topology.gpu_uuids)} GPUs, the shard has "
+                             f"{len(self.gpus)}; make a new plan")
         return self
 
     @classmethod
     def placed(cls, node: str, rank: int, gpus: list[int], port: int, unit: str, address: str,
-               present_at: str | None = None) -> PlannedShard:
+               present_at: str | None = None, topology: ShardTopology | None = None) -> PlannedShard:
         """A new shard from the planner's own, already valid values (see `_trusted`)."""
         return _trusted(cls, {"node": node, "rank": rank, "gpus": gpus, "port": port, "unit": unit,
-                              "address": address, "present_at": present_at})
+                              "address": address, "present_at": present_at, "topology": topology})
 
 
 class PlannedReplica(_Model):

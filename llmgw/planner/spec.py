@@ -24,7 +24,7 @@ def parse_unit(name: str) -> tuple[str, int] | None:
 
 
 # Profile keys added after replicas were first recorded: left out of the hash at their default.
-_ADDED_KEYS = ("trust_remote_code",)
+_ADDED_KEYS = ("trust_remote_code", "numa")
 
 
 def spec_hash(model: Model, profile: Profile) -> str:

@@ -14,7 +14,7 @@ from tests.support.facts import FakeGpu, FakeNvml, module, util
 
 gpu = util("gpu")
 gpu_facts = module("gpu_facts")
-NO_HOST = {"driver_version": None, "cuda_version": None, "kernel_log": None, "notes": []}
+NO_HOST = {"driver_version": None, "cuda_version": None, "kernel_log": None, "notes": [], "fabric_manager": None}
 
 
 def test_eight_healthy_h100() -> None:
@@ -26,9 +26,11 @@ def test_eight_healthy_h100() -> None:
     assert gpus[3] == {"index": 3, "uuid": "GPU-3", "name": "NVIDIA H100 80GB HBM3", "gpu_class": "H100-80GB",
                        "memory_total_mb": 81559, "memory_used_mb": 1536, "pci_bus_id": "0000:61:00.0",
                        "vbios": "96.00.89.00.01", "problems": [], "notes": [],
-                       "unknown": ["GPU 3: Xid errors since boot are not known: the kernel log was not read"]}
+                       "unknown": ["GPU 3: Xid errors since boot are not known: the kernel log was not read"],
+                       # no sysfs entry, no NVML topology call, no NVLink in this substitute: not known
+                       "numa_node": None, "pci_root": None, "topology": None, "nvlink_peers": None}
     assert facts["llmgw_gpu_host"] == {"driver_version": "570.133.20", "cuda_version": "12.8", "kernel_log": None,
-                                       "notes": []}
+                                       "notes": [], "fabric_manager": None}
     assert nvml.shutdown
 
 

@@ -68,7 +68,9 @@ def test_adapters_ports_and_guids_from_sysfs(tmp_path: Path) -> None:
     assert [a["name"] for a in adapters] == [f"mlx5_{k}" for k in range(6)]
     assert adapters[2] == {"name": "mlx5_2", "node_guid": "0xb83fd20300a20024", "node_desc": "gpu-node-05 mlx5_2",
                            "ports": [{"port": 1, "state": "ACTIVE", "rate": HDR, "link_layer": "InfiniBand",
-                                      "port_guid": "0xb83fd20300a20025"}]}
+                                      "port_guid": "0xb83fd20300a20025"}],
+                           # no `device` link in this tree: where it sits is not known
+                           "pci_bus_id": None, "numa_node": None, "pci_root": None}
     assert adapters[5]["ports"][0]["state"] == "DOWN" and adapters[5]["ports"][0]["port_guid"] is None
     # The RoCE NIC and the down port are no InfiniBand fabric: four active IB ports, one SM.
     assert facts["llmgw_ib_fabric_key"] == "fe80:0000:0000:0000/1"
@@ -79,7 +81,8 @@ def test_a_host_without_infiniband(tmp_path: Path) -> None:
     facts = ib_facts.ib_facts({"root": str(tmp_path), "ibnetdiscover": True, "ibnetdiscover_path": "ibnetdiscover",
                                "timeout": 10})
     assert facts == {"llmgw_ib_adapters": [], "llmgw_ib_fabric_key": "", "llmgw_ibnetdiscover": None,
-                     "llmgw_ibnetdiscover_reason": "no active InfiniBand port on this host"}
+                     "llmgw_ibnetdiscover_reason": "no active InfiniBand port on this host",
+                     "llmgw_ib_stack": None}  # no adapter: the RDMA packages are not asked about
 
 
 def test_missing_ibnetdiscover_is_a_reason(tmp_path: Path) -> None:

@@ -55,6 +55,23 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
+def pci_device(files: dict[str, str], links: dict[str, str], bus_id: str, root_complex: str, numa: int) -> None:
+    """A PCI device as sysfs shows it: its folder under /sys/devices below its root complex
+    (`pci0000:15`) with `numa_node`, and the /sys/bus/pci/devices link to it."""
+    folder = f"sys/devices/{root_complex}/{root_complex[3:]}:01.0/{bus_id}"
+    files[f"{folder}/numa_node"] = f"{numa}\n"
+    links[f"sys/bus/pci/devices/{bus_id}"] = f"../../../devices/{root_complex}/{root_complex[3:]}:01.0/{bus_id}"
+
+
+def write_links(root: Path, links: dict[str, str]) -> Path:
+    """Symbolic links under `root`: {"sys/bus/pci/devices/0000:1b:00.0": "../../../devices/..."}."""
+    for rel, target in links.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+    return root
+
+
 # ---------------------------------------------------------------------------- NVML substitute
 #
 # The shape of the real pynvml: its function names and arguments, its NVMLError subclasses
@@ -90,6 +107,11 @@ class FakeGpu:
     recovery_action: int | None = 0  # None: the driver has no such field (nvmlReturn NotSupported)
     fabric: tuple[int, int] | None = None  # NVSwitch fabric (state, status); None: no NVSwitch (NotSupported)
     failing: dict[str, int] = field(default_factory=dict)  # function name -> NVML error code it returns
+    # Other GPU index -> NVML_TOPOLOGY_* (nvmlDeviceGetTopologyCommonAncestor); a pair neither
+    # GPU names answers NotSupported, as an old driver does.
+    topology: dict[int, int] = field(default_factory=dict)
+    # Per NVLink (with nvlinks), what is at its far end: a GPU index, or None for an NVSwitch.
+    nvlink_remote: list[int | None] = field(default_factory=list)
 
 
 class FakeNvml:
@@ -257,6 +279,24 @@ class FakeNvml:
 
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
         return pynvml.NVML_FEATURE_ENABLED if self._link(handle, link) else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, device1: Any, device2: Any) -> int:
+        a, b = self._gpu(device1), self._gpu(device2)
+        i, j = self._index(device1), self._index(device2)
+        level = a.topology.get(j, b.topology.get(i))
+        if level is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return level
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
+        """As pynvml's (the _v2 call): the PCI info of whatever is at the link's far end."""
+        self._link(handle, link)
+        remote = self._gpu(handle).nvlink_remote
+        peer = remote[link] if link < len(remote) else None
+        bus = 0x07 if peer is None else (_BUSES[peer % len(_BUSES)] if self.gpus[peer].bus is None
+                                         else self.gpus[peer].bus)  # 07: an NVSwitch's own bus
+        return pynvml.nvmlPciInfo_t(busIdLegacy=b"0000:%02X:00.0" % bus, domain=0, bus=bus, device=0,
+                                    pciDeviceId=0x22A310DE, pciSubSystemId=0, busId=b"00000000:%02X:00.0" % bus)
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
         self._link(handle, link)

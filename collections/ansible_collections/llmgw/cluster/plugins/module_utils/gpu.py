@@ -20,6 +20,12 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import Run
+from ansible_collections.llmgw.cluster.plugins.module_utils.topology import (
+    gpu_topology,
+    numa_node,
+    nvlink_peers,
+    pci_root,
+)
 from ansible_collections.llmgw.cluster.plugins.module_utils.xid import (
     Xid,
     parse_kernel_log,
@@ -133,6 +139,7 @@ class Health:
         self.problems: List[str] = []
         self.notes: List[str] = []
         self.unknown: List[str] = []
+        self.nvswitch = False  # NVML answered for its NVSwitch fabric: an NVSwitch system
 
 
 def _querier(nvml: Any, handle: Any, index: int, health: Health) -> Callable[..., Any]:
@@ -232,6 +239,7 @@ def _fabric(nvml: Any, handle: Any, index: int, health: Health) -> None:
         if code not in NOT_APPLICABLE and code is not None:
             health.unknown.append("GPU %d: its NVSwitch fabric state could not be read (%s)" % (index, exc))
         return
+    health.nvswitch = True
     state = int(info.state)
     if state in FABRIC_STATES:
         health.problems.append("GPU %d has not joined the NVSwitch fabric (%s): start nvidia-fabricmanager and "
@@ -307,16 +315,18 @@ def _init_reason(exc: BaseException) -> str:
     return "NVML could not start: %s" % exc
 
 
-def collect(nvml: Any, run: Optional[Run] = None, event_wait_ms: int = 0) -> Dict[str, Any]:
+def collect(nvml: Any, run: Optional[Run] = None, event_wait_ms: int = 0, root: str = "/") -> Dict[str, Any]:
     """The facts for an NVML handle: `gpus` (None when nothing is known, with `reason`) and
     `host`: the driver and CUDA versions and host-wide notes.
 
     `nvml` None means nvidia-ml-py is missing. `run` reads the kernel log for Xid errors
     (None: not read, so every GPU's Xid history is unknown). `event_wait_ms` > 0 also
-    listens that long for NVML's critical-Xid events. Never raises for a missing driver or
+    listens that long for NVML's critical-Xid events. `root` is where /sys is read (the
+    GPUs' NUMA nodes and PCIe roots; tests change it). Never raises for a missing driver or
     library: those are facts about the host, not failures of the play.
     """
-    host: Dict[str, Any] = {"driver_version": None, "cuda_version": None, "kernel_log": None, "notes": []}
+    host: Dict[str, Any] = {"driver_version": None, "cuda_version": None, "kernel_log": None, "notes": [],
+                            "fabric_manager": None}
     out: Dict[str, Any] = {"gpus": None, "reason": None, "host": host}
     if nvml is None:
         out["reason"] = NO_LIBRARY_REASON
@@ -346,6 +356,8 @@ def collect(nvml: Any, run: Optional[Run] = None, event_wait_ms: int = 0) -> Dic
             if event_note:
                 host["notes"].append(event_note)
         _assign_xids(gpus, xids, unread, host)
+        _place_gpus(nvml, gpus, handles, root)
+        host["fabric_manager"] = _fabric_manager(gpus, run)
         out["gpus"] = gpus
         return out
     finally:
@@ -447,6 +459,7 @@ def _assign_xids(gpus: List[GpuDict], xids: List[Tuple[str, Xid]], unread: Optio
 def _one_gpu(nvml: Any, index: int, handles: Dict[int, Any]) -> GpuDict:
     gpu: GpuDict = {"index": index, "uuid": "unknown-%d" % index, "name": "unknown", "gpu_class": "UNKNOWN",
                     "memory_total_mb": None, "memory_used_mb": None, "pci_bus_id": None, "vbios": None,
+                    "numa_node": None, "pci_root": None, "topology": None, "nvlink_peers": None,
                     "problems": [], "notes": [], "unknown": []}
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -467,9 +480,46 @@ def _one_gpu(nvml: Any, index: int, handles: Dict[int, Any]) -> GpuDict:
         handles[index] = handle
         health = read_health(nvml, handle, index)
         gpu["problems"], gpu["notes"], gpu["unknown"] = health.problems, health.notes, health.unknown
+        gpu["_nvswitch"] = health.nvswitch
     except Exception as exc:
         gpu["problems"] = [_lost(index, exc)]
     return gpu
+
+
+def _place_gpus(nvml: Any, gpus: List[GpuDict], handles: Dict[int, Any], root: str) -> None:
+    """Each GPU's NUMA node and PCIe root (sysfs), NVML's level to every other GPU, and its
+    NVLink peers: what packs a shard's GPUs close together (llmgw.planner.topology)."""
+    levels = gpu_topology(nvml, handles)
+    by_bus = {pci_key_of_bus_id(g["pci_bus_id"]): g["index"] for g in gpus if g["pci_bus_id"]}
+    for g in gpus:
+        g["numa_node"] = numa_node(root, g["pci_bus_id"])
+        g["pci_root"] = pci_root(root, g["pci_bus_id"])
+        g["topology"] = levels.get(g["index"]) or None
+        handle = handles.get(g["index"])
+        g["nvlink_peers"] = None if handle is None else nvlink_peers(nvml, handle, by_bus, NVML_NVLINK_MAX_LINKS)
+    # On an NVSwitch board the links end at switches, not GPUs: every GPU of the fabric reaches
+    # every other over NVLink.
+    switched = [g["index"] for g in gpus if g.get("_nvswitch") and g["nvlink_peers"] is not None]
+    for g in gpus:
+        if g["index"] in switched:
+            g["nvlink_peers"] = sorted(set(g["nvlink_peers"]) | set(switched) - {g["index"]})
+
+
+def _fabric_manager(gpus: List[GpuDict], run: Optional[Run]) -> Optional[str]:
+    """nvidia-fabricmanager's state on an NVSwitch system: "active", "inactive", "failed"...
+    (systemd's word), "not installed"; None on a host without NVSwitch GPUs (not needed) or
+    when it could not be asked. A GPU that has not joined the fabric already says so itself;
+    this is the host-wide cause, which keeps every GPU of the host out (llmgw.gpus)."""
+    nvswitch = [g.pop("_nvswitch", False) for g in gpus]
+    if run is None or not any(nvswitch):
+        return None
+    rc, out, _err = run(["systemctl", "is-active", "nvidia-fabricmanager.service"])
+    word = out.strip().splitlines()[0] if out.strip() else ""
+    if rc == 127:
+        return None
+    if word in ("active", "inactive", "failed", "activating", "deactivating", "reloading"):
+        return word
+    return "not installed" if rc == 4 else None
 
 
 def _bus_id(text: str) -> Optional[str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ansible_collections.llmgw.cluster.plugins.module_utils.topology import device_bus_id, numa_node, pci_root
+
 Run = Callable[[List[str]], Tuple[int, str, str]]
 FactDict = Dict[str, Any]
 
@@ -96,9 +98,27 @@ def read_adapters(root: str = "/") -> List[FactDict]:
                 "_sm_lid": _int(_read(os.path.join(pdir, "sm_lid"))),
                 "_subnet_prefix": (_read(os.path.join(pdir, "gids", "0")) or "")[:19] or None,
             })
+        bus = device_bus_id(root, os.path.join(IB_CLASS, name, "device"))
         adapters.append({"name": name, "node_guid": guid(_read(os.path.join(folder, "node_guid"))),
-                         "node_desc": _read(os.path.join(folder, "node_desc")), "ports": ports})
+                         "node_desc": _read(os.path.join(folder, "node_desc")), "ports": ports,
+                         # Where it sits, so NCCL is given the adapters nearest a shard's GPUs.
+                         "pci_bus_id": bus, "numa_node": numa_node(root, bus), "pci_root": pci_root(root, bus)})
     return adapters
+
+
+def rdma_stack(run: Run) -> FactDict:
+    """The RDMA userspace: rdma-core's package version (dpkg, else rpm) and MLNX_OFED's
+    (`ofed_info -s`, only where it is installed); None each when not known."""
+    found: FactDict = {"rdma_core": None, "ofed": None}
+    for argv in (["dpkg-query", "-W", "-f", "${Version}", "rdma-core"], ["rpm", "-q", "--qf", "%{VERSION}", "rdma-core"]):
+        rc, out, _err = run(argv)
+        if rc == 0 and out.strip() and " " not in out.strip():
+            found["rdma_core"] = out.strip()[:64]
+            break
+    rc, out, _err = run(["ofed_info", "-s"])
+    if rc == 0 and out.strip():  # "MLNX_OFED_LINUX-24.10-1.1.4.0:"
+        found["ofed"] = out.strip().splitlines()[0].rstrip(":").replace("MLNX_OFED_LINUX-", "")[:64]
+    return found
 
 
 def active_ib_ports(adapters: List[FactDict]) -> List[Tuple[str, FactDict]]:

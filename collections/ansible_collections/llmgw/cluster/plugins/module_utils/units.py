@@ -57,7 +57,7 @@ UnitShown = Tuple[Optional[str], Optional[List[int]], Optional[int]]
 
 
 def unit_environments(run: Run, names: List[str]) -> Dict[str, UnitShown]:
-    """Unit -> (LLMGW_LINEAGE, the GPU indices in CUDA_VISIBLE_DEVICES, the memory it uses
+    """Unit -> (LLMGW_LINEAGE, the GPU indices in LLMGW_GPUS or CUDA_VISIBLE_DEVICES, the memory it uses
     now in MiB) in one `systemctl show`; what a unit does not have (or systemctl cannot
     tell) is None. A state's plans keep off the GPUs and memory of another state's units."""
     if not names:
@@ -81,7 +81,9 @@ def unit_environments(run: Run, names: List[str]) -> Dict[str, UnitShown]:
         except ValueError:
             words = []
         env = dict(w.split("=", 1) for w in words if "=" in w)
-        found[unit] = (env.get("LLMGW_LINEAGE") or None, _gpu_list(env.get("CUDA_VISIBLE_DEVICES")),
+        # LLMGW_GPUS: the indices, where CUDA_VISIBLE_DEVICES names the GPUs by UUID
+        found[unit] = (env.get("LLMGW_LINEAGE") or None,
+                       _gpu_list(env.get("LLMGW_GPUS")) or _gpu_list(env.get("CUDA_VISIBLE_DEVICES")),
                        _mib(props.get("MemoryCurrent")))
     return found
 

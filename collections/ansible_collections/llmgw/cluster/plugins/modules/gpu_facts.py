@@ -32,6 +32,10 @@ description:
   - A host without the NVIDIA driver, without the NVML library or without nvidia-ml-py
     reports I(no GPUs known) with the reason in C(llmgw_gpus_unknown_reason). The module
     never fails for that; unknown is not the same as none.
+  - "Topology, for placement: per GPU its NUMA node and PCIe root (sysfs), NVML's topology
+    level to every other GPU (C(nvmlDeviceGetTopologyCommonAncestor): internal, single,
+    multiple, hostbridge, node, system) and the GPUs at the far end of its active NVLinks.
+    On an NVSwitch system, the state of C(nvidia-fabricmanager) (systemd's word)."
   - The class is C(MODEL-NNGB) - the model from the name without vendor words, the size
     from the name when it has one, else the nominal size nearest the reported memory
     (C(NVIDIA H100 80GB HBM3) -> C(H100-80GB), C(NVIDIA L40S) -> C(L40S-48GB)).
@@ -48,6 +52,10 @@ options:
         the kernel log; 0 does not listen.
     type: int
     default: 200
+  root:
+    description: Where C(/sys) is read from (each GPU's NUMA node and PCIe root). Only tests change it.
+    type: path
+    default: /
 extends_documentation_fragment:
   - llmgw.cluster.facts
 notes:
@@ -88,6 +96,10 @@ ansible_facts:
           memory_used_mb: 512
           pci_bus_id: "0000:1b:00.0"
           vbios: 96.00.89.00.01
+          numa_node: 0
+          pci_root: pci0000:15
+          topology: {"1": single, "2": node, "4": system}
+          nvlink_peers: null
           problems: []
           notes: []
           unknown: []
@@ -100,6 +112,16 @@ ansible_facts:
         memory_used_mb: {description: Memory in use in MiB; null when not known., type: int}
         pci_bus_id: {description: PCI address as sysfs spells it; null when not known., type: str}
         vbios: {description: The GPU's VBIOS version; null when not known., type: str}
+        numa_node: {description: The NUMA node sysfs gives the GPU; null when not known (or -1)., type: int}
+        pci_root: {description: The PCIe root complex it hangs off (C(pci0000:15)); null when not known., type: str}
+        topology:
+          description: GPU index -> NVML's common-ancestor level with that GPU (internal, single, multiple,
+            hostbridge, node, system); null when NVML could not say.
+          type: dict
+        nvlink_peers:
+          description: GPU indices at the far end of its active NVLinks; null without NVLink.
+          type: list
+          elements: int
         problems: {description: Each problem as a sentence; empty when healthy., type: list, elements: str}
         notes: {description: Findings that do not keep the GPU out, as sentences., type: list, elements: str}
         unknown: {description: Health checks that could not be read, as sentences., type: list, elements: str}
@@ -107,13 +129,18 @@ ansible_facts:
       description: The NVIDIA stack as this host runs it, and host-wide notes.
       returned: always
       type: dict
-      sample: {driver_version: "570.133.20", cuda_version: "12.8", kernel_log: journalctl, notes: []}
+      sample: {driver_version: "570.133.20", cuda_version: "12.8", kernel_log: journalctl, notes: [],
+               fabric_manager: null}
       contains:
         driver_version: {description: The NVIDIA driver's version; null when not known., type: str}
         cuda_version: {description: The newest CUDA the driver supports; null when not known., type: str}
         kernel_log: {description: Where Xid errors were read (journalctl or dmesg); null when unreadable., type: str}
         notes: {description: Host-wide notes (Xids at addresses NVML does not list, events unavailable)., type: list,
                 elements: str}
+        fabric_manager:
+          description: nvidia-fabricmanager's state (active, inactive, failed, not installed) on an NVSwitch
+            system; null elsewhere, or when systemd could not say.
+          type: str
     llmgw_gpus_unknown_reason:
       description: Why C(llmgw_gpus) is null (no driver, no library, nvidia-ml-py missing).
       returned: always
@@ -126,17 +153,17 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmgw.cluster.plugins.module_utils.gpu import collect, load_nvml
 from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import run_command
 
-ARGUMENT_SPEC = {"event_wait_ms": {"type": "int", "default": 200}}
+ARGUMENT_SPEC = {"event_wait_ms": {"type": "int", "default": 200}, "root": {"type": "path", "default": "/"}}
 
 
 def build_module() -> AnsibleModule:
     return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
-def gpu_facts(nvml: object, run=None, event_wait_ms: int = 0) -> dict:
+def gpu_facts(nvml: object, run=None, event_wait_ms: int = 0, root: str = "/") -> dict:
     """The facts for an NVML handle (pynvml, a substitute in tests, or None when missing);
-    `run` reads the kernel log (argv -> rc, out, err; None: not read)."""
-    found = collect(nvml, run, event_wait_ms)
+    `run` reads the kernel log (argv -> rc, out, err; None: not read); `root`: where /sys is."""
+    found = collect(nvml, run, event_wait_ms, root)
     return {"llmgw_gpus": found["gpus"], "llmgw_gpus_unknown_reason": found["reason"],
             "llmgw_gpu_host": found["host"]}
 
@@ -144,7 +171,8 @@ def gpu_facts(nvml: object, run=None, event_wait_ms: int = 0) -> dict:
 def main() -> None:
     module = build_module()
     wait = max(0, min(int(module.params["event_wait_ms"]), 10000))
-    module.exit_json(changed=False, ansible_facts=gpu_facts(load_nvml(), run_command, wait))
+    module.exit_json(changed=False, ansible_facts=gpu_facts(load_nvml(), run_command, wait,
+                                                          module.params["root"]))
 
 
 if __name__ == "__main__":

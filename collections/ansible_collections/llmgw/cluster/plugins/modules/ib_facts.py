@@ -22,6 +22,10 @@ description:
   - C(llmgw_ib_fabric_key) is a signature of the fabrics the host sees (subnet prefix and
     subnet manager LID of each active port); the facts playbook runs ibnetdiscover on the
     first host of each distinct signature.
+  - Per adapter, where it sits - its PCI address, NUMA node and PCIe root (from its
+    C(device) link in sysfs) - so NCCL can be given the adapters nearest a shard's GPUs.
+  - On a host with adapters, the RDMA userspace versions - rdma-core (dpkg or rpm) and
+    MLNX_OFED (C(ofed_info -s)) - in C(llmgw_ib_stack).
   - Read-only; C(changed) is always false.
 author:
   - llmgw contributors
@@ -74,6 +78,14 @@ ansible_facts:
           node_desc: gpu-node-01 mlx5_0
           ports: [{port: 1, state: ACTIVE, rate: 200 Gb/sec (4X HDR), link_layer: InfiniBand,
                    port_guid: "0xb83fd20300a20001"}]
+          pci_bus_id: "0000:3b:00.0"
+          numa_node: 0
+          pci_root: pci0000:3a
+    llmgw_ib_stack:
+      description: rdma-core and MLNX_OFED versions (each null when not known); null without adapters.
+      type: dict
+      returned: always
+      sample: {rdma_core: 44.0-2, ofed: null}
     llmgw_ib_fabric_key:
       description: Signature of the fabrics the active ports see; empty without active ports.
       type: str
@@ -96,6 +108,7 @@ from ansible_collections.llmgw.cluster.plugins.module_utils.host_io import run_c
 from ansible_collections.llmgw.cluster.plugins.module_utils.ib import (
     fabric_key,
     public_adapters,
+    rdma_stack,
     read_adapters,
     run_ibnetdiscover,
 )
@@ -125,6 +138,7 @@ def ib_facts(params: dict, run=None) -> dict:
         "llmgw_ib_fabric_key": fabric_key(adapters),
         "llmgw_ibnetdiscover": text,
         "llmgw_ibnetdiscover_reason": reason,
+        "llmgw_ib_stack": rdma_stack(run) if adapters else None,
     }
 
 
