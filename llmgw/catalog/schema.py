@@ -178,8 +178,7 @@ class Profile(BaseModel):
     trust_remote_code: StrictBool = False
     # The host's NVIDIA stack this profile needs (llmgw/stack.py): {driver: ">=570", cuda: ">=12.8"}.
     requires: StackRequires = StackRequires()
-    # `bind`: the shard's processes run on the CPUs of its GPUs' NUMA node and allocate its
-    # memory there (systemd NUMAPolicy=bind, NUMAMask=, CPUAffinity=numa), when its GPUs share one.
+    # `bind`: CPUs and memory on its GPUs' NUMA node, when they share one (NUMAPolicy=bind, CPUAffinity=numa).
     numa: Literal["bind", "off"] = "off"
 
     @model_validator(mode="after")
@@ -198,8 +197,7 @@ class Profile(BaseModel):
         if self.gpu_class is not None and self.gpus == 0:
             raise ValueError("gpu_class is set but gpus is 0; set gpus, or drop gpu_class")
         if self.numa == "bind" and self.gpus == 0:
-            raise ValueError("numa: bind follows the shard's GPUs to their NUMA node, but gpus is 0; set gpus, "
-                             "or drop numa")
+            raise ValueError("numa: bind follows the shard's GPUs to their NUMA node, but gpus is 0; drop numa")
         if self.trust_remote_code and not engine.remote_code:
             raise ValueError(f"trust_remote_code: {engine.title} runs no code from the model "
                              f"({'/'.join(f.upper() for f in engine.weight_formats)} weights only); remove it")

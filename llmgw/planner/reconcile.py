@@ -40,7 +40,7 @@ from llmgw.planner.placement import Choice, Need, Verdict, choose, rejections, v
 from llmgw.planner.routes import route_change, route_record, split_text
 from llmgw.planner.schema import replica_sort_key
 from llmgw.planner.spec import endpoint_url, parse_unit, spec_hash, unit_name
-from llmgw.planner.topology import GpuMap, gpu_map, nearest_hcas, pick_gpus, uuids_of
+from llmgw.planner.topology import GpuMap, Pick, gpu_map, nearest_hcas, pick_gpus, topology_signature, uuids_of
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
 from llmgw.weights.hub import is_repo_source
 from llmgw.weights.names import cache_name
@@ -124,6 +124,8 @@ class _Planner:
         self._specs: dict[tuple[str, str], str] = {}
         # node -> its GPUs' topology (llmgw.planner.topology) and UUIDs by index
         self._gpu_maps: dict[str, tuple[GpuMap | None, dict[int, str]]] = {}
+        self._maps_by_sig: dict[tuple[object, ...], GpuMap | None] = {}
+        self._picks: dict[tuple[int, tuple[int, ...], int], Pick] = {}  # (map, free GPUs, how many) -> pick
         self._needs: dict[tuple[str, str], Need] = {}
         self._profiles: dict[tuple[str, str], tuple[Model | None, Profile | None]] = {}
         self._units: dict[str, tuple[NodeView, set[str]] | None] = {}
@@ -353,19 +355,32 @@ class _Planner:
         free = node.free(profile.gpu_class)
         known = self._gpu_maps.get(node.name)
         if known is None:
-            known = self._gpu_maps[node.name] = (gpu_map(node.gpus or []), uuids_of(node.gpus or []))
+            gpus = node.gpus or []
+            # Hosts of one model share one map (and its picks): built once, not per host.
+            sig = topology_signature(gpus)
+            built: GpuMap | None = None
+            if sig is not None:
+                if sig not in self._maps_by_sig:
+                    self._maps_by_sig[sig] = gpu_map(gpus)
+                built = self._maps_by_sig[sig]
+            known = self._gpu_maps[node.name] = (built, uuids_of(gpus))
         m, by_index = known
-        picked = pick_gpus(free, profile.gpus, m)
+        if m is None:
+            picked = pick_gpus(free, profile.gpus, None)
+        else:
+            slot = (id(m), tuple(free), profile.gpus)
+            picked = self._picks.get(slot) or self._picks.setdefault(slot, pick_gpus(free, profile.gpus, m))
         uuids = [by_index[i] for i in picked.gpus] if all(i in by_index for i in picked.gpus) else []
         if m is None and not uuids:
-            return picked.gpus, None
+            return list(picked.gpus), None
         hcas: list[str] | None = None
         why: str | None = None
         if fabric is not None and m is not None:
             rails = list(self.fleet.fabric_index.leaves_of(node.name, fabric))
             hcas, why = nearest_hcas(rails, node.facts.ib_adapters if node.facts else None, picked.gpus, m)
         bind = profile.numa == "bind" and picked.numa_node is not None
-        return picked.gpus, schema.ShardTopology.trusted(picked.level, picked.numa_node, bind, uuids, hcas, why)
+        return list(picked.gpus), schema.ShardTopology.trusted(picked.level, picked.numa_node, bind, uuids, hcas,
+                                                               why)
 
     def _place(self, model: Model, rid_for: str) -> tuple[schema.PlannedReplica | None, list[schema.Rejection]]:
         """One replica of `model`, trying its profiles in catalog order."""

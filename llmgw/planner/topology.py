@@ -75,6 +75,16 @@ def uuids_of(gpus: Sequence[Gpu]) -> dict[int, str]:
     return {g.index: g.uuid for g in gpus if _UUID.match(g.uuid)}
 
 
+def topology_signature(gpus: Sequence[Gpu]) -> tuple[object, ...] | None:
+    """What `gpu_map` reads of the GPUs, hashable: hosts with equal signatures have equal maps
+    (a fleet is a few models of host, so the planner builds a few maps, not one per host).
+    None when the facts hold no topology (`gpu_map` is then None too)."""
+    if not any(g.numa_node is not None or g.topology or g.nvlink_peers for g in gpus):
+        return None
+    return tuple((g.index, g.numa_node, g.pci_root, tuple(sorted((g.topology or {}).items())),
+                  tuple(g.nvlink_peers or ())) for g in gpus)
+
+
 _UNKNOWN = (ACROSS + 1, ACROSS + 1)  # a pair the facts say nothing of ranks last
 
 

@@ -72,6 +72,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
         "stale_since": None, "stale_reason": None, "unhealthy_gpus": [], "weights": None,
         "gpu_driver": None, "cuda_version": None, "left_out_gpus": [],
+        "fabric_manager": None, "rdma_core": None, "ofed": None,
         "drain_deadline": iso(host.drain_deadline) if host.drain_deadline and host.node_state == "draining" else None,
         "condition": None, "condition_reason": None, "lost_at": None,
     }
@@ -89,6 +90,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
     rec["memory_mb"] = facts.memory_total_mb
     rec["cpus"] = facts.cpus
     rec["gpu_driver"], rec["cuda_version"] = facts.gpu_driver, facts.cuda_version
+    rec["fabric_manager"], rec["rdma_core"], rec["ofed"] = facts.fabric_manager, facts.rdma_core, facts.ofed
     if facts.gpus is None:
         rec["gpus_unknown_reason"] = facts.gpus_unknown_reason
     else:
@@ -101,7 +103,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
                                   "problems": list(g.problems)} for g in facts.gpus if not g.healthy]
         # Healthy by their facts, yet not placed: cordoned by hand, or of unknown health.
         rec["left_out_gpus"] = [{"index": g.index, "gpu_class": g.gpu_class, "why": why} for g in facts.gpus
-                                if g.healthy and (why := gpu_left_out(g, host)) is not None]
+                                if g.healthy and (why := gpu_left_out(g, host, facts.fabric_manager)) is not None]
     if facts.filesystems is not None:
         rec["disk"] = disk_record(facts.filesystems)
     return rec

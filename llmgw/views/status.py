@@ -53,7 +53,7 @@ def capacity(data: SiteData, holders: dict[str, dict[int, str]]) -> tuple[list[d
                 c["unhealthy"] += 1
             elif g.index in held:
                 c["used"] += 1
-            elif host.node_state == "ready" and gpu_left_out(g, host) is None:
+            elif host.node_state == "ready" and gpu_left_out(g, host, f.fabric_manager) is None:
                 c["free"] += 1
             else:  # on a cordoned or draining node, or a GPU placement leaves out (cordoned, health unknown)
                 c["held_back"] += 1
@@ -77,7 +77,8 @@ def whole_nodes(data: SiteData, holders: dict[str, dict[int, str]]) -> list[dict
         f = data.facts.get(n)
         gpus = (f.gpus or []) if f is not None else []
         whole = (host.node_state == "ready" and bool(gpus) and not holders.get(n)
-                 and all(g.healthy and gpu_left_out(g, host) is None for g in gpus))
+                 and all(g.healthy and gpu_left_out(g, host, f.fabric_manager if f else None) is None
+                         for g in gpus))
         for fid in fids:
             members[fid].append(n)
             classes[fid].update(g.gpu_class for g in gpus)

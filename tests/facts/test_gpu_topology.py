@@ -42,7 +42,7 @@ def two_numa_host(tmp_path: Path) -> Path:
         pci_device(files, links, f"0000:{bus}:00.0", ROOTS[i], i // 4)
     for name, bus, root, numa in ADAPTERS:
         pci_device(files, links, bus, root, numa)
-        files[f"sys/class/infiniband/{name}/node_guid"] = "b83f:d203:00a2:00%02x\n" % int(name[-1])
+        files[f"sys/class/infiniband/{name}/node_guid"] = f"b83f:d203:00a2:00{int(name[-1]):02x}\n"
         files[f"sys/class/infiniband/{name}/ports/1/state"] = "4: ACTIVE\n"
         links[f"sys/class/infiniband/{name}/device"] = f"../../../{bus}"
     write_tree(tmp_path, files)

@@ -7,12 +7,18 @@ root beside two GPUs, as gpu_facts and ib_facts record them (tests/facts/test_gp
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from llmgw.facts.records import Gpu, HostFacts, IbAdapter, IbPort, TopologyLevel
 from llmgw.planner import MapFabrics, Plan, make_plan
 from llmgw.planner.render import render_plan
 from llmgw.planner.topology import gpu_map, pick_gpus
 from llmgw.state import State
+from tests.support.cli import run_cli
 from tests.support.plan_inputs import facts, gpu_profile, host, inputs, model
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "example"
 
 ROOTS = ("pci0000:15", "pci0000:15", "pci0000:3a", "pci0000:3a", "pci0000:9a", "pci0000:9a", "pci0000:c0",
          "pci0000:c0")
@@ -137,3 +143,25 @@ def test_adapters_fall_back_to_the_numa_node_then_to_every_one_on_the_fabric() -
         plan = make_plan(inputs([m], [host("a"), host("b")], hosts, fabrics=FABRIC))
         t = plan.desired.replicas[0].shards[0].topology
         assert t is not None and (t.ib_hcas, t.ib_why) == (want, why)
+
+
+def test_the_example_h200_host_packs_a_pair_beside_its_broken_gpu(tmp_path: Path) -> None:
+    """On the recorded example site: gpu-node-09's facts carry two NUMA nodes, an NVSwitch board
+    and four adapters; with GPU 1 broken, a two-GPU shard takes the pair under one PCIe switch
+    on NUMA node 0 (2, 3), and the plan's text says where and why."""
+    site = tmp_path / "example"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns("state.json", "state.json.lock", "*.sqlite"))
+    large = site / "catalog" / "large.yaml"
+    text = large.read_text()
+    old = "        gpus: 8\n        gpu_class: H200-141GB\n"
+    assert old in text
+    large.write_text(text.replace(old, "        gpus: 2\n        gpu_class: H200-141GB\n        numa: bind\n"))
+    plan = Plan.model_validate_json(run_cli("-C", str(site), "plan", "--json").stdout)
+    (r,) = [r for r in plan.desired.replicas if r.model == "llama-4-maverick"]
+    (s,) = r.shards
+    assert (s.node, s.gpus) == ("gpu-node-09", [2, 3])
+    assert s.topology is not None
+    assert (s.topology.level, s.topology.numa_node, s.topology.numa_bind) == ("NVLink", 0, True)
+    assert s.topology.gpu_uuids[0].startswith("GPU-")
+    shown = run_cli("-C", str(site), "plan").stdout
+    assert '"GPUs on NVLink (NUMA node 0); CPUs and memory bound to NUMA node 0"' in shown

@@ -110,7 +110,8 @@ def rdma_stack(run: Run) -> FactDict:
     """The RDMA userspace: rdma-core's package version (dpkg, else rpm) and MLNX_OFED's
     (`ofed_info -s`, only where it is installed); None each when not known."""
     found: FactDict = {"rdma_core": None, "ofed": None}
-    for argv in (["dpkg-query", "-W", "-f", "${Version}", "rdma-core"], ["rpm", "-q", "--qf", "%{VERSION}", "rdma-core"]):
+    for argv in (["dpkg-query", "-W", "-f", "${Version}", "rdma-core"],
+                 ["rpm", "-q", "--qf", "%{VERSION}", "rdma-core"]):
         rc, out, _err = run(argv)
         if rc == 0 and out.strip() and " " not in out.strip():
             found["rdma_core"] = out.strip()[:64]
