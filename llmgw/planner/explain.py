@@ -16,7 +16,7 @@ from llmgw.errors import PlanError
 from llmgw.planner.inputs import PlanInputs
 from llmgw.planner.placement import FAILURE_DOMAIN_VAR, Verdict
 from llmgw.planner.reconcile import Attempt, Trace, traced_plan
-from llmgw.planner.schema import Plan, PlannedReplica
+from llmgw.planner.schema import Plan, PlannedReplica, PlannedShard
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,16 @@ def _attempt_lines(model: Model, attempt: Attempt, stale: set[str]) -> list[str]
     return lines
 
 
+def _level(s: PlannedShard) -> str:
+    """Why those GPUs (llmgw.planner.topology): the level they share, and their NUMA node."""
+    t = s.topology
+    if t is None or t.level is None:
+        return ""
+    return f" on {t.level}" + (f" (NUMA node {t.numa_node})" if t.numa_node is not None else "")
+
+
 def _where(r: PlannedReplica) -> str:
-    shards = "; ".join(f"{s.node} GPUs [{', '.join(map(str, s.gpus))}] port {s.port}" for s in r.shards)
+    shards = "; ".join(f"{s.node} GPUs [{', '.join(map(str, s.gpus))}]{_level(s)} port {s.port}" for s in r.shards)
     return f"{r.id} on {shards}, profile {r.profile}"
 
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from llmgw.facts.records import Gpu, HostFacts, IbAdapter
 from llmgw.gpus import gpu_left_out
 from llmgw.inventory import Host
-from tests.support.facts import FakeGpu, FakeNvml, module, pci_device, write_links, write_tree
+from tests.support.facts import FakeGpu, FakeNvml, module, pci_device, util, write_links, write_tree
 
 gpu_facts = module("gpu_facts")
 ib_facts = module("ib_facts")
@@ -161,3 +161,12 @@ def test_stack_versions_are_bounded_words() -> None:
         HostFacts.model_validate({"host": "h", "gathered_at": "2026-01-01T00:00:00Z", "rdma_core": "50 && reboot"})
     with pytest.raises(ValidationError, match="fabric_manager"):
         HostFacts.model_validate({"host": "h", "gathered_at": "2026-01-01T00:00:00Z", "fabric_manager": "fine"})
+
+
+def test_a_unit_naming_gpus_by_uuid_reports_their_indices_from_llmgw_gpus() -> None:
+    """CUDA_VISIBLE_DEVICES by UUID names no index; LLMGW_GPUS keeps them for other states' plans."""
+    units = util("units")
+    show = ("Id=llmgw-big-1-0.service\nEnvironment=LLMGW_LINEAGE=5b0c CUDA_VISIBLE_DEVICES=GPU-aa,GPU-bb "
+            "LLMGW_GPUS=4,5\nMemoryCurrent=1048576\n")
+    found = units.unit_environments(lambda argv: (0, show, ""), ["llmgw-big-1-0.service"])
+    assert found == {"llmgw-big-1-0.service": ("5b0c", [4, 5], 1)}

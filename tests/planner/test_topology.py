@@ -165,3 +165,23 @@ def test_the_example_h200_host_packs_a_pair_beside_its_broken_gpu(tmp_path: Path
     assert s.topology.gpu_uuids[0].startswith("GPU-")
     shown = run_cli("-C", str(site), "plan").stdout
     assert '"GPUs on NVLink (NUMA node 0); CPUs and memory bound to NUMA node 0"' in shown
+
+
+def test_explain_names_the_level(tmp_path: Path) -> None:
+    site = tmp_path / "example"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns("state.json", "state.json.lock", "*.sqlite"))
+    large = site / "catalog" / "large.yaml"
+    large.write_text(large.read_text().replace("        gpus: 8\n        gpu_class: H200-141GB\n",
+                                               "        gpus: 2\n        gpu_class: H200-141GB\n"))
+    out = run_cli("-C", str(site), "explain", "llama-4-maverick").stdout
+    assert "gpu-node-09 GPUs [2, 3] on NVLink (NUMA node 0) port" in out
+
+
+def test_a_fabric_manager_down_keeps_the_whole_host_out_with_the_reason() -> None:
+    m = model("m", gpu_profile(gpus=1, gpu_class="H200-141GB"), min=1)
+    down = two_numa_host("a").model_copy(update={"fabric_manager": "failed"})
+    plan = make_plan(inputs([m], [host("a")], [down]))
+    assert not plan.desired.replicas
+    (u,) = plan.unplaced
+    (why,) = [r.reason for r in u.rejections if r.node == "a"]
+    assert why.startswith("a: 0 of 8 H200-141GB GPUs free, needs 1 (GPU 0 unusable: nvidia-fabricmanager is failed")
