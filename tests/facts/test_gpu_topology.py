@@ -170,3 +170,13 @@ def test_a_unit_naming_gpus_by_uuid_reports_their_indices_from_llmgw_gpus() -> N
             "LLMGW_GPUS=4,5\nMemoryCurrent=1048576\n")
     found = units.unit_environments(lambda argv: (0, show, ""), ["llmgw-big-1-0.service"])
     assert found == {"llmgw-big-1-0.service": ("5b0c", [4, 5], 1)}
+
+
+def test_a_fabric_state_of_not_supported_is_no_nvswitch_system() -> None:
+    """Some drivers answer nvmlDeviceGetGpuFabricInfo with state NOT_SUPPORTED on PCIe cards:
+    that is no NVSwitch, and the fabric manager is not asked (an absent one would leave every GPU out)."""
+    asked: list[list[str]] = []
+    cards = [FakeGpu(uuid=f"GPU-{i}", fabric=(pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, 0)) for i in range(2)]
+    facts = gpu_facts.gpu_facts(FakeNvml(gpus=cards), run=lambda argv: (asked.append(argv), (3, "inactive\n", ""))[1])
+    assert facts["llmgw_gpu_host"]["fabric_manager"] is None
+    assert not [a for a in asked if a[0] == "systemctl"]

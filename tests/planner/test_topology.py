@@ -7,11 +7,16 @@ root beside two GPUs, as gpu_facts and ib_facts record them (tests/facts/test_gp
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from llmgw.facts.records import Gpu, HostFacts, IbAdapter, IbPort, TopologyLevel
+from llmgw.errors import PlanError
 from llmgw.planner import MapFabrics, Plan, make_plan
+from llmgw.planner.schema import load_plan
 from llmgw.planner.render import render_plan
 from llmgw.planner.topology import gpu_map, pick_gpus
 from llmgw.state import State
@@ -185,3 +190,21 @@ def test_a_fabric_manager_down_keeps_the_whole_host_out_with_the_reason() -> Non
     (u,) = plan.unplaced
     (why,) = [r.reason for r in u.rejections if r.node == "a"]
     assert why.startswith("a: 0 of 8 H200-141GB GPUs free, needs 1 (GPU 0 unusable: nvidia-fabricmanager is failed")
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"gpu_uuids": ["GPU-1 ExecStartPre=/bin/sh", "GPU-2", "GPU-3", "GPU-4"]}, "gpu_uuids"),
+    ({"ib_hcas": ["mlx5_0\nExecStartPre=/bin/sh"]}, "ib_hcas"),
+    ({"gpu_uuids": ["GPU-1"]}, "topology.gpu_uuids names 1 GPUs, the shard has 4"),
+    ({"numa_bind": True, "numa_node": None}, "numa_bind is set but the shard's GPUs share no numa_node"),
+])
+def test_a_saved_plan_with_tampered_topology_is_refused(change: dict[str, object], says: str) -> None:
+    m = model("big", gpu_profile(gpus=4, nodes=2, gpu_class="H200-141GB"), min=1)
+    plan = make_plan(inputs([m], [host("a"), host("b")], [two_numa_host("a"), two_numa_host("b")],
+                            fabrics=FABRIC))
+    doc = json.loads(plan.to_json())
+    doc["desired"]["replicas"][0]["shards"][0]["topology"].update(change)
+    assert load_plan(json.dumps(plan.model_dump(mode="json")), "plan.json").desired == plan.desired
+    with pytest.raises(PlanError) as err:
+        load_plan(json.dumps(doc), "plan.json")
+    assert says in str(err.value) + " ".join(getattr(err.value, "detail", []) or [])

@@ -239,8 +239,9 @@ def _fabric(nvml: Any, handle: Any, index: int, health: Health) -> None:
         if code not in NOT_APPLICABLE and code is not None:
             health.unknown.append("GPU %d: its NVSwitch fabric state could not be read (%s)" % (index, exc))
         return
-    health.nvswitch = True
     state = int(info.state)
+    # NVML_GPU_FABRIC_STATE_NOT_SUPPORTED (0): some drivers answer so on GPUs without NVSwitch
+    health.nvswitch = state != 0
     if state in FABRIC_STATES:
         health.problems.append("GPU %d has not joined the NVSwitch fabric (%s): start nvidia-fabricmanager and "
                                "check its log" % (index, FABRIC_STATES[state]))
