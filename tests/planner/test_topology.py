@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.facts.records import Gpu, HostFacts, IbAdapter, IbPort, TopologyLevel
 from llmgw.errors import PlanError
+from llmgw.facts.records import Gpu, HostFacts, IbAdapter, IbPort, TopologyLevel
 from llmgw.planner import MapFabrics, Plan, make_plan
-from llmgw.planner.schema import load_plan
 from llmgw.planner.render import render_plan
+from llmgw.planner.schema import load_plan
 from llmgw.planner.topology import gpu_map, pick_gpus
 from llmgw.state import State
 from tests.support.cli import run_cli
