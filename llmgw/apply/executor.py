@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from llmgw.apply.delivery import deliveries_for
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
@@ -42,7 +43,6 @@ from llmgw.state import (
     State,
     StateBackend,
     WriteMeta,
-    deliveries_for,
 )
 
 Say = Callable[[str], None]

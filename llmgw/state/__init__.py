@@ -4,7 +4,6 @@
     backend.py   what every backend offers: read, compare-and-set write, a named lock, history
     capabilities what some backends offer beyond it (Leases, Follow, Database, FileBacked),
                  asked for with `offers` / `require` instead of testing a backend's class
-    delivery.py  which serial each router was seen to load (apply's bookkeeping, kept beside the state)
     local.py     a file on this machine (the default): atomic writes, an flock
     postgres.py  PostgreSQL: every serial kept, a leased lock, fencing, NOTIFY on write
     select.py    which backend a site uses (`state:` in llmgw.yaml), and its password
@@ -21,7 +20,6 @@ from llmgw.state.backend import (
     lock_waiting,
 )
 from llmgw.state.capabilities import Database, FileBacked, Follow, Leases, offers, require
-from llmgw.state.delivery import Deliveries, deliveries_for
 from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
 from llmgw.state.model import (
     STATE_VERSION,
@@ -44,7 +42,6 @@ from llmgw.state.select import backend_for, is_state_url, open_backend
 __all__ = [
     "STATE_VERSION",
     "Database",
-    "Deliveries",
     "FileBacked",
     "Follow",
     "Leases",
@@ -67,7 +64,6 @@ __all__ = [
     "WriteMeta",
     "backend_for",
     "default_author",
-    "deliveries_for",
     "git_commit",
     "is_state_url",
     "lock_waiting",

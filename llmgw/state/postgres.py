@@ -5,7 +5,7 @@ Tables (prefixed `llmgw_` so the state can share a database with the key store):
     llmgw_state_head     one row: the newest serial and its lineage (the row writes lock)
     llmgw_state_serials  every serial: lineage, the state's JSON, author, time, operation,
                          plan fingerprint, git commit
-    llmgw_state_routers  the newest serial each router was seen to load (llmgw.state.delivery)
+    llmgw_state_routers  the newest serial each router was seen to load (llmgw.apply.delivery)
     llmgw_locks          named leases: `state` (the writers' lock), `controller` (leader)
 
 Time is the database's clock, never a client's, so hosts with skewed clocks agree on

@@ -1,5 +1,5 @@
 """What a state backend offers beyond its core, asked for by capability (llmgw.state.capabilities),
-and the routers' deliveries kept beside the state (llmgw.state.delivery)."""
+and the routers' deliveries apply keeps beside the state (llmgw.apply.delivery)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.apply import deliveries_for
 from llmgw.controller.runs import FileRuns, PgRuns, runs_for
 from llmgw.errors import StateError
 from llmgw.state import (
@@ -22,7 +23,6 @@ from llmgw.state import (
     State,
     StateBackend,
     WriteMeta,
-    deliveries_for,
     offers,
     open_backend,
     require,

@@ -1,7 +1,7 @@
 """Which serial each router was seen to load: apply's bookkeeping of its deliveries.
 
-Not part of the state interface (a backend reads and writes states): apply keeps it beside the
-state, where the state lives, so that an apply killed before delivering leaves the routers
+Not part of the state interface (a backend reads and writes states, llmgw.state): apply keeps it
+beside the state, where the state lives, so that an apply killed before delivering leaves the routers
 known to be behind, and the next apply delivers to them even with no changes.
 
     Deliveries        router host -> the newest serial delivered to it and seen loaded
@@ -16,8 +16,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from llmgw.errors import StateError
-from llmgw.state.backend import StateBackend
-from llmgw.state.capabilities import Database, FileBacked, offers
+from llmgw.state import Database, FileBacked, StateBackend, offers
 from llmgw.yamlio import atomic_write
 
 __all__ = ["Deliveries", "deliveries_for"]
