@@ -261,7 +261,7 @@ def grant_follower_cmd(app: AppContext, role: str, only_print: bool) -> None:
     what the routers' state followers connect as (llmgw_router_state_follow_url), so a router
     can neither write a serial nor approve or insert a controller run. Run as the tables' owner
     (the controller's role); ROLE must exist."""
-    from llmgw.controller.runs import runs_for
+    from llmgw.controller import runs_for
     from llmgw.state import Database, require
     from llmgw.state.roles import grant_follower, grant_follower_sql
 

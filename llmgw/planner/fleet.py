@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Generic, TypeVar, cast
 
-from llmgw.facts.records import Filesystem, Gpu, HostFacts, Weights
+from llmgw.facts import Filesystem, Gpu, HostFacts, Weights
 from llmgw.gpus import gpu_left_out
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
