@@ -47,6 +47,55 @@ CATALOG = [("models[]", Model), ("models[].scaling", Scaling), ("models[].profil
 SITE = [("llmgw.yaml", SiteConfig), ("ports", PortRange)]
 
 
+# What a key is, for the keys whose field has no comment of its own in the model (a comment
+# above a field is preferred: it is read from there). A key with neither fails
+# tests/maintenance/test_reference.py, so a new key comes with its words.
+NOTES: dict[tuple[type[BaseModel], str], str] = {
+    (Model, "name"): "The name clients ask for (`model` in an OpenAI request); unique across the catalog.",
+    (Model, "aliases"): "Other names that reach the same model; unique across the catalog.",
+    (Model, "source"): "Where the weights come from: `hf://org/repo/file`, `hf://org/repo[@revision]` (a whole "
+                       "snapshot), `https://host/path` or `file:///path` under a host's `llmgw_model_dirs`.",
+    (Model, "exclude"): "Files of the snapshot not to fetch (patterns, as `include`).",
+    (Model, "fallbacks"): "Models tried in order when this one cannot answer; they must exist and not loop.",
+    (Model, "scaling"): "How many replicas, and how demand scales them (below).",
+    (Model, "routing"): "How the router picks a replica: the least loaded, or the one that saw the same prompt "
+                        "head (its prompt cache).",
+    (Model, "profiles"): "Ways to run the model, in order of preference: the first that fits a node is used.",
+    (Scaling, "min"): "Replicas always running; 0: started by the first request, stopped when idle.",
+    (Scaling, "idle_timeout"): "How long a replica above min may sit idle before it is stopped.",
+    (Scaling, "activation_timeout"): "How long a request for a model with no ready replica is held while one "
+                                     "starts.",
+    (Scaling, "up_cooldown"): "Quiet time after a scale action before the next one up.",
+    (Scaling, "down_cooldown"): "Quiet time after a scale action before the next one down.",
+    (Profile, "name"): "The profile's name, unique within the model.",
+    (Profile, "engine"): "The engine that serves it (llmgw.engines: one descriptor per engine).",
+    (Profile, "gpu_class"): "Only GPUs of this class (as `llmgw nodes` shows them, e.g. H100-80GB).",
+    (Profile, "min_memory_gb"): "Host memory a shard needs, in GB.",
+    (Profile, "node_selector"): "Host labels (`llmgw_labels`) a node must carry, all of them.",
+    (Profile, "args"): "Extra engine arguments; the flags llmgw owns (address, port, key, model path, "
+                       "parallelism) are refused in any spelling.",
+    (Profile, "env"): "Extra environment variables for the engine.",
+    (StackRequires, "driver"): "The NVIDIA driver version the host must have, e.g. `>=570`.",
+    (StackRequires, "cuda"): "The CUDA version the host's driver must support, e.g. `>=12.8`.",
+    (Route, "name"): "The served name the route answers; unique across the catalog.",
+    (Route, "aliases"): "Other names for the route.",
+    (Route, "routes"): "The models it splits its traffic between, with whole-percent weights adding up to 100.",
+    (Route, "fallbacks"): "Models tried in order when no target can answer.",
+    (Route, "guard"): "When to take a failing canary's share back (below).",
+    (RouteTarget, "model"): "A model of the catalog.",
+    (RouteGuard, "window"): "The time the limits are judged over.",
+    (SiteConfig, "catalog"): "The folder of catalog files, relative to the site.",
+    (SiteConfig, "inventory"): "The Ansible inventory (a file or folder), relative to the site.",
+    (SiteConfig, "state"): "Where the applied state lives: a path (a local file) or `postgresql://user@host/db` "
+                           "(the password from `$LLMGW_STATE_PASSWORD`, a file or ~/.pgpass).",
+    (SiteConfig, "facts"): "The facts cache folder `llmgw facts` writes, relative to the site.",
+    (SiteConfig, "ports"): "The ports engine shards are given on their hosts (below).",
+    (SiteConfig, "lost_after"): "How long a node's facts may stay stale before its replicas are replaced elsewhere.",
+    (PortRange, "start"): "The first port.",
+    (PortRange, "end"): "The last port.",
+}
+
+
 # -- the CLI --------------------------------------------------------------------------------
 
 def commands() -> Iterator[tuple[list[str], click.Command, click.Context]]:
@@ -146,7 +195,7 @@ def keys_table(where: str, model: type[BaseModel]) -> list[str]:
         out += [" ".join(doc.split()), ""]
     out += ["| key | type | default | what it is |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():
-        note = notes.get(name, "").replace("|", "\\|")
+        note = (notes.get(name) or NOTES.get((model, name), "")).replace("|", "\\|")
         out.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | {note} |")
     return [*out, ""]
 
