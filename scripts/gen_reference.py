@@ -100,7 +100,9 @@ NOTES: dict[tuple[type[BaseModel], str], str] = {
 
 def commands() -> Iterator[tuple[list[str], click.Command, click.Context]]:
     """Every command under `llmgw`, depth first, in `llmgw --help` order, with its context."""
-    top = click.Context(cli, info_name="llmgw", terminal_width=WIDTH, max_content_width=WIDTH)
+    # make_context, as a run does: the group's context_settings (`-h` beside `--help`) apply, and
+    # every command's help option is the one users see, whatever an earlier in-process run cached.
+    top = cli.make_context("llmgw", [], resilient_parsing=True, terminal_width=WIDTH, max_content_width=WIDTH)
 
     def walk(path: list[str], cmd: click.Command, ctx: click.Context) -> Iterator[tuple[list[str], click.Command,
                                                                                      click.Context]]:
@@ -110,8 +112,8 @@ def commands() -> Iterator[tuple[list[str], click.Command, click.Context]]:
                 sub = cmd.get_command(ctx, name)
                 if sub is None or sub.hidden:
                     continue
-                sub_ctx = click.Context(sub, info_name=name, parent=ctx, terminal_width=WIDTH,
-                                        max_content_width=WIDTH)
+                sub_ctx = sub.make_context(name, [], parent=ctx, resilient_parsing=True, terminal_width=WIDTH,
+                                           max_content_width=WIDTH)
                 yield from walk([*path, name], sub, sub_ctx)
 
     yield from walk([], cli, top)
