@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: all venv setup test test-unproven unit lint typecheck pytest demo clean
+.PHONY: all venv setup test test-unproven unit lint docs typecheck pytest demo clean
 
 all: test
 
@@ -36,6 +36,13 @@ lint: venv
 		$(BIN)/ansible-lint -q roles playbooks molecule
 	@command -v shellcheck >/dev/null || { echo "shellcheck is missing: make setup installs it"; exit 1; }
 	shellcheck $(SHELL_SCRIPTS)
+	$(PY) scripts/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q --site-dir $(CURDIR)/build/site
+
+# The documentation site (mkdocs.yml, docs/) into build/site, its reference pages made from the code first.
+docs: venv
+	$(PY) scripts/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(CURDIR)/build/site
 
 typecheck: venv
 	$(BIN)/mypy

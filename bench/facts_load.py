@@ -30,7 +30,9 @@ from plan import ISSUE_SHAPES, write_site  # bench/ is not a package: found on t
 READ = """
 import sys, time
 from pathlib import Path
+from llmgw.facts import memo, use_memo
 from llmgw.facts.cache import read_facts
+use_memo(memo)  # as the CLI does on the bastion
 t = time.process_time()
 facts = read_facts(Path(sys.argv[1]))
 print(time.process_time() - t, len(facts))

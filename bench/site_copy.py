@@ -23,10 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from views import applied_site  # type: ignore[import-not-found]
 
+from llmgw.facts import memo, use_memo
 from llmgw.planner import make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.site import Site
 from llmgw.views.planned import site_copy_files
+
+use_memo(memo)  # as the CLI does on the bastion (apply builds the site copy)
 
 
 def cpu() -> float:

@@ -7,7 +7,7 @@ router process never imports the planner (tests/maintenance/test_router_closure.
 
 from __future__ import annotations
 
-from llmgw.facts.records import Gpu
+from llmgw.facts import Gpu
 from llmgw.inventory import Host
 
 

@@ -52,7 +52,7 @@ from typing import Any, Literal, cast
 
 from llmgw.childenv import child_env
 from llmgw.errors import InventoryError
-from llmgw.facts import memo
+from llmgw.facts import Memo, memo_in_use
 from llmgw.nodetime import DRAIN_DEADLINE_VAR, parse_deadline
 from llmgw.yamlio import FileError, check_yaml_file
 
@@ -222,7 +222,8 @@ def parse_inventory_json(path: Path, data: dict[str, Any]) -> Inventory:
     return Inventory(path=path, hosts=hosts)
 
 
-# An inventory read in-process from this many bytes of files or more is memoised (llmgw.facts.memo):
+# An inventory read in-process from this many bytes of files or more is memoised, where this process
+# memoises (llmgw.facts.memo_in_use: the bastion's CLI; never a router):
 # parsing and checking a 4,096-host inventory costs a fifth of a second, its files rarely change.
 MEMO_MIN_BYTES = 16 * 1024
 
@@ -232,8 +233,9 @@ def load_inventory(path: Path) -> Inventory:
         raise InventoryError(f"inventory {path} does not exist",
                              hint="set `inventory:` in llmgw.yaml to your Ansible inventory file or folder")
     files = _yaml_files(path)
-    key = _memo_key(path, files)
-    if key is not None:
+    memo = memo_in_use()
+    key = _memo_key(path, files, memo) if memo is not None else None
+    if memo is not None and key is not None:
         found = memo.load("inventory", path.resolve(), key)
         if isinstance(found, Inventory):
             return found
@@ -244,13 +246,13 @@ def load_inventory(path: Path) -> Inventory:
             raise InventoryError(str(exc), hint="fix the inventory file at that line") from None
     fast = _plain_yaml_inventory(path)
     if fast is not None:
-        if key is not None:
+        if memo is not None and key is not None:
             memo.store("inventory", path.resolve(), key, fast)
         return fast
     return _ansible_inventory(path)
 
 
-def _memo_key(path: Path, files: list[Path]) -> tuple[object, ...] | None:
+def _memo_key(path: Path, files: list[Path], memo: Memo) -> tuple[object, ...] | None:
     """What an in-process read of the inventory is made from: each file's fingerprint (size,
     times, inode: what any write changes), the folder's listing, whether group_vars/host_vars
     are beside it, and the reading code. None: not memoised (small, or Ansible's to read)."""

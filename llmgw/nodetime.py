@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from llmgw.catalog.schema import format_duration, parse_duration
-from llmgw.facts.records import HostFacts
+from llmgw.catalog import format_duration, parse_duration
+from llmgw.facts import HostFacts
 
 DRAIN_DEADLINE_VAR = "llmgw_drain_deadline"
 DEFAULT_DRAIN_DEADLINE = "1h"  # `llmgw drain` without --deadline; the command prints the time it sets

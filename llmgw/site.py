@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from llmgw.catalog.schema import parse_duration
+from llmgw.catalog import parse_duration
 from llmgw.errors import LlmgwError, SiteError
 from llmgw.nodetime import check_intervals
 from llmgw.yamlio import line_of, load_yaml

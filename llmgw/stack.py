@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from llmgw.facts.records import HostFacts
+from llmgw.facts import HostFacts
 
 _CLAUSE = re.compile(r"^\s*(>=|<=|==|>|<)\s*([0-9]{1,6}(?:\.[0-9]{1,6}){0,3})\s*$")
 _OPS: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {

@@ -1,6 +1,7 @@
 """`llmgw apply`: carry out a plan on the hosts, rolling and resumable.
 
     executor.py    the steps, in order, with the state written after every one
+    delivery.py    which serial each router was seen to load, kept beside the state
     hosts.py       the playbooks apply runs (weights, shards, routers, drains) via llmgw.runner
     wheelhouse.py  the router's offline installation medium, built on the control host
     wiring.py      wiring a site (inventory, state file, engine artifacts) to the two above
@@ -10,7 +11,8 @@
     on_demand_plans.py  plans for demand: replicas more, or one replica less
 """
 
+from llmgw.apply.delivery import Deliveries, deliveries_for
 from llmgw.apply.executor import Applier, Outcome, check_fresh
 from llmgw.apply.wiring import applier_for, hosts_for
 
-__all__ = ["Applier", "Outcome", "applier_for", "check_fresh", "hosts_for"]
+__all__ = ["Applier", "Deliveries", "Outcome", "applier_for", "check_fresh", "deliveries_for", "hosts_for"]

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from llmgw.apply.delivery import deliveries_for
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
@@ -81,6 +82,7 @@ class Applier:
         # Where the state is kept (a file, or PostgreSQL keeping its last copy at state_file,
         # the file the routers are sent), and who is writing, for its history.
         self.backend = backend or LocalBackend(state_file)
+        self.deliveries = deliveries_for(self.backend)  # which serial each router was seen to load
         self.meta = meta or WriteMeta("apply")
         self.state_file = state_file
         self.inventory = inventory
@@ -148,7 +150,7 @@ class Applier:
                                   detail=[f"it reports serial {v.serial}"],
                                   hint="look at `journalctl -u llmgw-router` on that host")
             busy |= {i for i in idle if v.in_flight.get(i, 0) > 0}
-        self.backend.mark_delivered(self.hosts.routers, self.state.serial)
+        self.deliveries.mark_delivered(self.hosts.routers, self.state.serial)
         return sorted(busy)
 
     # -- steps --------------------------------------------------------------------------
@@ -299,7 +301,7 @@ class Applier:
         if self.state.models != desired_models or self.outcome.serial == self.plan.state_serial:
             self._set_replicas(list(self.state.replicas), models=desired_models)
             self._undelivered = True
-        if self._undelivered or self.backend.routers_behind(self.hosts.routers, self.state.serial):
+        if self._undelivered or self.deliveries.routers_behind(self.hosts.routers, self.state.serial):
             self._deliver()
         return self.outcome
 
@@ -307,9 +309,9 @@ class Applier:
         """Deliver the state to routers not known to hold it (an apply killed before delivering),
         even when the plan changes nothing; returns them. Contacts no engine host, and no host
         at all when every router is current."""
-        behind = self.backend.routers_behind(self.hosts.routers, self.state.serial)
+        behind = self.deliveries.routers_behind(self.hosts.routers, self.state.serial)
         if behind:
-            known = self.backend.delivered()
+            known = self.deliveries.delivered()
             self._routers_checked = all(r in known for r in self.hosts.routers)  # installed once before
             self._deliver()
         return behind

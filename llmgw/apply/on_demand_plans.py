@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from llmgw.catalog.load import Catalog
+from llmgw.catalog import Catalog
 from llmgw.errors import PlanError
-from llmgw.planner import Action, Desired, Plan, Summary, UnitRef, make_plan
-from llmgw.planner.inputs import PlanInputs
+from llmgw.planner import Action, Desired, Plan, PlanInputs, Summary, UnitRef, make_plan
 from llmgw.state import ModelRecord, State
 
 

@@ -13,8 +13,7 @@ from llmgw.errors import LlmgwError
 from llmgw.facts import HostFacts
 from llmgw.facts.cache import read_facts
 from llmgw.inventory import Inventory, load_inventory
-from llmgw.planner import Plan
-from llmgw.planner.inputs import FabricIndex
+from llmgw.planner import FabricIndex, Plan
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
 from llmgw.state import StateBackend, WriteMeta, backend_for, is_state_url
@@ -78,7 +77,7 @@ def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20
                 meta: WriteMeta | None = None, routers_installed: bool = False) -> Applier:
     """An Applier for the site; `backend` (default: the site's, llmgw.state.backend_for) keeps the state;
     `routers_installed`: deliver the state alone to the routers (Applier)."""
-    from llmgw.probe.verify import replica_verifier
+    from llmgw.probe import replica_verifier
 
     hosts = hosts_for(site, forks, engines_playbook)
     return Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,

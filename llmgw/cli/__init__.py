@@ -56,6 +56,11 @@ VERBS: dict[str, str] = {
 }
 
 
+# Verbs whose process must not unpickle the bastion's memo of parsed inputs (llmgw.facts): the router
+# serves clients beside its dashboard, and reads its site copy without it.
+_NO_MEMO = frozenset({"router"})
+
+
 class _LazyGroup(click.Group):
     """A group that imports a verb's module when the verb is asked for."""
 
@@ -78,6 +83,10 @@ class _LazyGroup(click.Group):
 def cli(ctx: click.Context, directory: Path) -> None:
     """Declarative LLM inference on GPU hosts, driven by Ansible and systemd."""
     ctx.obj = AppContext(directory=directory)
+    if ctx.invoked_subcommand not in _NO_MEMO:
+        from llmgw.facts import memo, use_memo
+
+        use_memo(memo)
 
 
 def main(argv: list[str] | None = None) -> None:

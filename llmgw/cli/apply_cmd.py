@@ -106,7 +106,7 @@ def apply(app: AppContext, plan_file: Path | None, auto_approve: bool, grace: fl
             click.echo("No changes. The fleet matches the catalog.")
         # Routers still get the state when an earlier apply stopped before delivering it.
         applier = applier_for(site, plan, forks=forks, backend=backend, meta=meta)
-        if backend.routers_behind(applier.hosts.routers, applier.state.serial):
+        if applier.deliveries.routers_behind(applier.hosts.routers, applier.state.serial):
             with lock_waiting(backend, "apply", lock_timeout, on_wait=_waiting):
                 behind = applier.catch_up_routers()
             console.print(f"Delivered state serial {applier.state.serial} to {', '.join(behind)}, "

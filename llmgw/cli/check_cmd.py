@@ -44,8 +44,7 @@ def check(app: AppContext, model: str, only: tuple[str, ...], router_url: str | 
     JSON mode; pass/fail stored with the engine version (shown by `llmgw models MODEL`)."""
     import httpx
 
-    from llmgw.probe import target
-    from llmgw.probe.checks import run_checks
+    from llmgw.probe import run_checks, target
     from llmgw.state import read_state
     from llmgw.store import CheckRecord, open_store
 

@@ -19,7 +19,7 @@ from llmgw.cli import output
 from llmgw.cli.context import AppContext
 from llmgw.errors import FabricError, FactsError
 from llmgw.fabric import Fabric, FabricIndex, fabrics_from_facts, parse_ibnetdiscover
-from llmgw.facts.records import HostFacts
+from llmgw.facts import HostFacts
 
 CAPTURE_PREFIX = "ibnetdiscover from "  # how fabrics_from_facts names a capture's source
 

@@ -1,6 +1,6 @@
 """`llmgw keys ...`: API keys, the group tree with its quotas, and usage, in the store.
 
-Every command acts on the store the site's routers read (llmgw.store.where says which, in
+Every command acts on the store the site's routers read (llmgw.cli.key_store says which, in
 order: `--store URL` or `$LLMGW_STORE`; the site's `store:`, e.g. the PostgreSQL the
 routers share; on a site with `llmgw_routers`, the first router's own store, through its
 host's `llmgw keys` run by Ansible; else a SQLite file beside the state; outside a site
@@ -34,7 +34,7 @@ from llmgw.store.model import PRIORITIES
 from llmgw.store.urls import password_problem, with_password
 
 if TYPE_CHECKING:
-    from llmgw.store.where import KeyStoreTarget
+    from llmgw.cli.key_store import KeyStoreTarget
 
 
 def resolve_store_url(app: Any, url: str | None) -> str:
@@ -51,7 +51,7 @@ def resolve_store_url(app: Any, url: str | None) -> str:
 
 
 def target(app: AppContext, url: str | None) -> KeyStoreTarget:
-    from llmgw.store.where import key_store_target
+    from llmgw.cli.key_store import key_store_target
 
     if url:  # checked first: on a router host the command runs where the site file is not readable
         where = key_store_target(Path(app.directory), None, url)
@@ -64,8 +64,8 @@ def target(app: AppContext, url: str | None) -> KeyStoreTarget:
 def act(app: AppContext, url: str | None, argv: list[str], here: Callable[[Store], dict[str, Any]],
         *, stdin: str | None = None) -> tuple[dict[str, Any], KeyStoreTarget]:
     """`here(store)` on a store this host opens, or `llmgw keys ARGV --json` on the router host
-    that holds it (llmgw.store.where): the same JSON either way, and where it was done."""
-    from llmgw.store.where import run_on_router
+    that holds it (llmgw.cli.key_store): the same JSON either way, and where it was done."""
+    from llmgw.cli.key_store import run_on_router
 
     where = target(app, url)
     if where.router is not None:
@@ -248,7 +248,7 @@ def create(app: AppContext, name: str, group: str | None, key_stdin: bool, store
            as_json: bool) -> None:
     """Create a key and print it. It is shown this once: only its hash is stored."""
     given: str | None = None
-    if key_stdin:  # on a router host, from the control host's `keys create` (llmgw.store.where)
+    if key_stdin:  # on a router host, from the control host's `keys create` (llmgw.cli.key_store)
         given = sys.stdin.readline().strip()
         if not is_key(given):
             raise UsageError("--key-stdin: standard input holds no key made by llmgw")

@@ -17,12 +17,13 @@ import click
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.keys_cmd import resolve_store_url, store_option
 from llmgw.errors import UsageError
-from llmgw.router.settings import RouterSettings, default_workers
+from llmgw.router import RouterSettings
+from llmgw.router.settings import default_workers
 from llmgw.site import SITE_FILE
 from llmgw.store import open_store
 
 if TYPE_CHECKING:
-    from llmgw.router.server import RouterServer
+    from llmgw.router import RouterServer
     from llmgw.router.workers import Supervisor
 
 
@@ -110,8 +111,9 @@ def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: s
           max_body_mb: float, health_interval: float, activation_timeout: float, log_level: str,
           workers_text: str, overrides: tuple[str, ...]) -> None:
     """Serve the OpenAI API for the replicas in the state file, with keys, quotas and drains."""
+    from llmgw.router import RouterServer
     from llmgw.router.plugins import load_activator
-    from llmgw.router.server import RouterServer, parse_addr
+    from llmgw.router.server import parse_addr
     from llmgw.router.workers import Supervisor
 
     site = app.site if (app.directory / SITE_FILE).is_file() else None

@@ -220,19 +220,16 @@ def follow_cmd(app: AppContext, out: Path, poll: float) -> None:
     import signal
     import threading
 
-    from llmgw.state import PostgresBackend
+    from llmgw.state import Database, Follow, require
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_a: stop.set())
     with backend_for(app.site) as backend:
-        if not isinstance(backend, PostgresBackend):
-            raise UsageError(f"the state at {backend.where} is a file: routers get it from apply",
-                             hint="follow works with `state: postgresql://...` in llmgw.yaml")
-
-        backend.cache = None  # the follower keeps --out itself (a router's home), nothing in the site folder
+        follower = require(backend, Follow, to="follow it (a local file reaches routers through apply)")
+        follower.cache = None  # the follower keeps --out itself (a router's home), nothing in the site folder
         from llmgw.state.roles import writable
 
-        with backend.transaction() as cur:
+        with require(backend, Database, to="check the follower's database role").transaction() as cur:
             can_write = writable(cur)
         if can_write:  # the controller's role, most likely: a compromised router could approve runs
             click.echo(f"warning: this follower's database role may write {', '.join(can_write)}; give the routers "
@@ -250,7 +247,7 @@ def follow_cmd(app: AppContext, out: Path, poll: float) -> None:
             click.echo(f"serial {state.serial} written to {out}", err=True)
 
         try:
-            backend.follow(write, stop, poll=poll)
+            follower.follow(write, stop, poll=poll)
         except KeyboardInterrupt:
             stop.set()
 
@@ -264,22 +261,20 @@ def grant_follower_cmd(app: AppContext, role: str, only_print: bool) -> None:
     what the routers' state followers connect as (llmgw_router_state_follow_url), so a router
     can neither write a serial nor approve or insert a controller run. Run as the tables' owner
     (the controller's role); ROLE must exist."""
-    from llmgw.controller.runs import runs_for
-    from llmgw.state import PostgresBackend
+    from llmgw.controller import runs_for
+    from llmgw.state import Database, require
     from llmgw.state.roles import grant_follower, grant_follower_sql
 
     with backend_for(app.site) as backend:
-        if not isinstance(backend, PostgresBackend):
-            raise UsageError(f"the state at {backend.where} is a file: there is no database role to grant",
-                             hint="grant-follower works with `state: postgresql://...` in llmgw.yaml")
+        database = require(backend, Database, to="grant a database role read access to it")
         if only_print:
-            with backend.transaction() as cur:
+            with database.transaction() as cur:
                 cur.execute("SELECT current_schema()")
                 schema = cur.fetchone()[0] or "public"
             click.echo(";\n".join(grant_follower_sql(role, schema)) + ";")
             return
         runs_for(backend)  # the runs' table exists, so its rights are revoked too
-        with backend.transaction() as cur:
+        with database.transaction() as cur:
             done = grant_follower(cur, role)
     for stmt in done:
         click.echo(stmt, err=True)

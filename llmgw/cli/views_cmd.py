@@ -27,7 +27,7 @@ from llmgw.cli import hub_cmd, output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.cli.models_detail import MODEL_ARG, ModelsGroup, show_model
 from llmgw.errors import LlmgwError, RunnerError, StateError, UsageError
-from llmgw.views.defaults import DEFAULT_ADMIN, IDLE_AFTER
+from llmgw.views import DEFAULT_ADMIN, IDLE_AFTER
 
 # The views themselves (the planner, the fabrics, httpx) are imported inside the commands
 # that run them, so `llmgw --help` and every other command start without them; their text
@@ -49,7 +49,8 @@ def router_options(fn: F) -> F:
 
 
 def get_runtime(data: SiteData, routers: Sequence[str], no_router: bool) -> Runtime:
-    from llmgw.views.runtime import Runtime, Target, fetch_runtime
+    from llmgw.views import Runtime
+    from llmgw.views.runtime import Target, fetch_runtime
     from llmgw.views.tunnel import routes_for
 
     if no_router:

@@ -9,8 +9,8 @@ import click
 from llmgw.catalog import load_catalog
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
+from llmgw.facts import HostFacts
 from llmgw.facts.cache import read_facts, write_facts
-from llmgw.facts.records import HostFacts
 from llmgw.site import Site
 from llmgw.state import read_state
 from llmgw.views.text import human_bytes

@@ -53,7 +53,7 @@ from llmgw.planner.load import load_inputs
 from llmgw.planner.render import summary_line
 from llmgw.planner.trust import widens_trust
 from llmgw.site import Site
-from llmgw.state import LockHeld, PostgresBackend, State, StateBackend, WriteMeta, backend_for
+from llmgw.state import Leases, LockHeld, State, StateBackend, WriteMeta, backend_for, offers
 
 log = logging.getLogger("llmgw.controller")
 
@@ -118,11 +118,12 @@ class Controller:
 
     def _lead(self) -> bool:
         """Hold leadership, or try to take it; True when this controller may write."""
-        if not isinstance(self.backend, PostgresBackend):
+        leases = offers(self.backend, Leases)
+        if leases is None:  # a local state: its one controller leads (the state lock keeps out others)
             self.status.leader = True
             return True
         if self.status.leader:
-            lost = self.backend.lease_lost(LEASE)
+            lost = leases.lease_lost(LEASE)
             if lost is None:
                 return True
             self.say(f"lost leadership: {lost}; standing by")
@@ -130,9 +131,9 @@ class Controller:
             self._leadership = contextlib.ExitStack()
             self.status.leader = False
         try:
-            self._leadership.enter_context(self.backend.lease_on(LEASE, "controller", holder=self.name))
+            self._leadership.enter_context(leases.lease_on(LEASE, "controller", holder=self.name))
         except LlmgwError:
-            holder = self.backend.lease_holder(LEASE)
+            holder = leases.lease_holder(LEASE)
             self.status.holder = holder.holder if holder else None
             return False
         self.status.leader, self.status.holder = True, self.name

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.errors import StateError
-from llmgw.state import LocalBackend, PostgresBackend, StateBackend
+from llmgw.state import Database, FileBacked, StateBackend, offers
 from llmgw.yamlio import atomic_write
 
 RunStatus = Literal["planned", "no-changes", "waiting", "approved", "applying", "applied", "failed",
@@ -219,7 +219,7 @@ _COLUMNS = ("id, commit, status, summary, destructive, created_at, updated_at, p
 class PgRuns(RunStore):
     """Runs in the PostgreSQL database that holds the state."""
 
-    def __init__(self, backend: PostgresBackend, *, create: bool = True) -> None:
+    def __init__(self, backend: Database, *, create: bool = True) -> None:
         self.backend = backend
         with backend.transaction() as cur:  # the backend's connection: one per process
             # The catalog, not information_schema: that shows only columns the role may use, so a
@@ -287,8 +287,11 @@ class PgRuns(RunStore):
 
 def runs_for(backend: StateBackend, *, create: bool = True) -> RunStore:
     """The runs kept beside `backend`'s state; `create=False` only reads (nothing is created)."""
-    if isinstance(backend, PostgresBackend):
-        return PgRuns(backend, create=create)
-    if isinstance(backend, LocalBackend):
-        return FileRuns(backend.path.with_name(backend.path.name + ".runs.json"))
-    raise StateError(f"the controller cannot keep runs beside {backend.where}")
+    database = offers(backend, Database)
+    if database is not None:
+        return PgRuns(database, create=create)
+    local = offers(backend, FileBacked)
+    if local is not None:
+        return FileRuns(local.path.with_name(local.path.name + ".runs.json"))
+    raise StateError(f"the controller cannot keep runs beside the state at {backend.where}",
+                     hint="use a local state file or a PostgreSQL state (`state:` in llmgw.yaml)")

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from llmgw.apply import applier_for
 from llmgw.apply.on_demand_plans import activation_plan, deactivation_plan
-from llmgw.catalog.load import load_catalog
+from llmgw.catalog import load_catalog
 from llmgw.controller.demand import Decision, History, ModelDemand, Reports, decide, desired_count, fleet_view, load_of
 from llmgw.controller.metrics import ControllerMetrics
 from llmgw.controller.runs import RunSeal, RunStore

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from llmgw.errors import FabricError
 from llmgw.fabric.rails import sets_aligned
+from llmgw.facts import HostFacts
 from llmgw.facts.digest import text_digest
-from llmgw.facts.records import HostFacts
 
 # Per host and fabric: (rail, leaf name, leaf GUID) of each adapter cabled to a switch, in
 # rail order, and whether any of the host's own cables there trained below full rate.

@@ -17,7 +17,7 @@ from llmgw.fabric.hostmap import FabricGlance, HostEntry, HostFabricMap
 from llmgw.fabric.parse import parse_ibnetdiscover
 from llmgw.fabric.rails import rail_places, sets_aligned
 from llmgw.fabric.structure import Adapter, Fabric, natural_key
-from llmgw.facts.records import HostFacts
+from llmgw.facts import HostFacts
 
 
 @dataclass

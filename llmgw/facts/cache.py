@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from llmgw import collector
 from llmgw.errors import FactsError, LlmgwError
-from llmgw.facts import memo
+from llmgw.facts import Memo, memo_in_use
 from llmgw.facts.digest import remember, text_digest
 from llmgw.facts.records import HostFacts, pack_records, unpack_records
 from llmgw.yamlio import FileError, atomic_write, json_text, read_text
@@ -52,8 +52,9 @@ def read_facts(facts_dir: Path, *, memo_min: int = MEMO_MIN_FILES) -> dict[str, 
 
     A file that is not valid facts is an error naming the file: planning on a fleet
     with a host silently missing would move replicas off it. With `memo_min` files or
-    more, each file's validated facts are memoised by its fingerprint (size, times,
-    inode: what any write changes), so only new or changed files are parsed again.
+    more, in a process that memoises (llmgw.facts.memo_in_use), each file's validated facts
+    are memoised by its fingerprint (size, times, inode: what any write changes), so only
+    new or changed files are parsed again.
     """
     if not facts_dir.is_dir():
         return {}
@@ -71,10 +72,10 @@ def _read_facts(facts_dir: Path, memo_min: int) -> dict[str, HostFacts]:
                 st = entry.stat()
                 found.append((entry.name, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)))
     found.sort()
-    use_memo = len(found) >= memo_min
+    memo = memo_in_use() if len(found) >= memo_min else None
     where = facts_dir.resolve()
-    version = (_MEMO_FORM, *memo.code_version(_MEMO_MODULES)) if use_memo else ()
-    stored, records = _memoised(where, version) if use_memo else ([], [])
+    version = (_MEMO_FORM, *memo.code_version(_MEMO_MODULES)) if memo is not None else ()
+    stored, records = _memoised(memo, where, version) if memo is not None else ([], [])
     if stored == found:  # the common case: no file changed since the memo was written
         return {facts.host: facts for facts in records}
     known = {name: (fingerprint, facts) for (name, fingerprint), facts in zip(stored, records, strict=True)}
@@ -85,14 +86,15 @@ def _read_facts(facts_dir: Path, memo_min: int) -> dict[str, HostFacts]:
         facts = hit[1] if hit is not None and hit[0] == fingerprint else _read_one(facts_dir / name)
         out[facts.host] = facts
         records.append(facts)
-    if use_memo:
+    if memo is not None:
         digests = {f.host: text_digest(f.ibnetdiscover) for f in records if f.ibnetdiscover is not None}
         memo.store("facts", where, version, (found, pack_records(records), digests))
         _hand_over(records, digests)
     return out
 
 
-def _memoised(where: Path, version: tuple[object, ...]) -> tuple[list[tuple[str, Fingerprint]], list[HostFacts]]:
+def _memoised(memo: Memo, where: Path, version: tuple[object, ...]) \
+        -> tuple[list[tuple[str, Fingerprint]], list[HostFacts]]:
     """The files the memo was made from (name, fingerprint) and their facts; none when there is none to trust."""
     stored = memo.load("facts", where, version)
     if stored is not None:

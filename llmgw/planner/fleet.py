@@ -15,18 +15,15 @@ import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import Any, Generic, TypeVar, cast
 
-from llmgw.facts.records import Filesystem, Gpu, HostFacts, Weights
+from llmgw.facts import Filesystem, Gpu, HostFacts, Weights
 from llmgw.gpus import gpu_left_out
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange
 from llmgw.weights.present import copy_keys, is_copy, servable_path, source_keys
 from llmgw.weights.shared import cache_filesystem, declared_dir
-
-if TYPE_CHECKING:
-    from llmgw.planner.spreading import Grouping, SpreadIndex
 
 MB_PER_GB = 1024
 BYTES_PER_GB = 1024**3
@@ -277,6 +274,19 @@ class LeafGroups:
         self.changes.extend(self.cache)
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, eq=False)
+class PlanTable(Generic[K, V]):
+    """The name of a table of things built over one fleet for one plan (keys K, values V), such as
+    llmgw.planner.spreading's indexes: the fleet keeps them (`Fleet.table`) and drops them on
+    release() without knowing their types, so fleet.py imports nothing of what is built on it."""
+
+    name: str
+
+
 class Fleet:
     """Every node, plus the shared accounting: weights on their way to each filesystem."""
 
@@ -318,19 +328,25 @@ class Fleet:
         self.placed: dict[str, list[int]] = {}
         # Every node a shard was put on, in order, for indexes that catch up when next used.
         self.touches: list[int] = []
-        self.spreads: dict[tuple[StaticKey, str, tuple[str, ...]], SpreadIndex] = {}
-        self.spread_groups: dict[tuple[StaticKey, tuple[str, ...]], Grouping] = {}  # shared by those indexes
+        self._tables: dict[PlanTable[Any, Any], dict[Any, Any]] = {}  # what table() hands out
         self._leaf_sets: dict[int, frozenset[str]] = {}
         # (fabric, node ordinals) -> (not on one leaf, rails not aligned): the fabric index's answers
         self.fabric_checks: dict[tuple[str, tuple[int, ...]], tuple[bool, bool]] = {}
         self.multi_prefs: dict[tuple[str, str | None, str], MultiPrefs] = {}  # (source, GPU class, fabric)
 
+    def table(self, which: PlanTable[K, V]) -> dict[K, V]:
+        """The fleet's table `which` (empty at first), kept until release()."""
+        found = self._tables.get(which)
+        if found is None:
+            found = self._tables[which] = {}
+        return cast(dict[K, V], found)
+
     def release(self) -> None:
-        """Drop the spread indexes once the plan is made: each refers back to the fleet, and that
+        """Drop the spread indexes (every table) once the plan is made: each refers back to the fleet, and that
         cycle left the whole fleet (every node view, ~250,000 objects at 4,096 hosts) to the cyclic
         collector, a 0.6 s pass at the end of `llmgw plan`; without it reference counting frees them.
         The leaf groups' filters (`LeafGroups.fails`) refer back to it too."""
-        self.spreads.clear()
+        self._tables.clear()
         for lg in self.groups.values():
             lg.fails.clear()
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from llmgw.catalog import Catalog
-from llmgw.facts.records import HostFacts
+from llmgw.facts import HostFacts
 from llmgw.inventory import Host
 from llmgw.site import LOST_AFTER, UNREACHABLE_AFTER, PortRange
 from llmgw.state import State

@@ -18,9 +18,8 @@ from llmgw.errors import PlanError, StateError
 from llmgw.fabric import FabricIndex as RealFabricIndex
 from llmgw.fabric import fabrics_from_facts
 from llmgw.fabric.hostmap import HostFabricMap, capture_key
-from llmgw.facts import memo
+from llmgw.facts import HostFacts, memo
 from llmgw.facts.cache import MEMO_MIN_FILES, read_facts
-from llmgw.facts.records import HostFacts
 from llmgw.inventory import Host, load_inventory
 from llmgw.planner.inputs import FabricIndex, PlanInputs
 from llmgw.planner.reconcile import make_plan

@@ -45,7 +45,7 @@ from llmgw.planner.fleet import (
     in_model_dirs,
     model_file,
 )
-from llmgw.planner.spreading import Grouping, SpreadIndex
+from llmgw.planner.spreading import GROUPINGS, SPREADS, Grouping, SpreadIndex
 from llmgw.stack import stack_reason
 
 
@@ -347,16 +347,17 @@ def _choose_single(fleet: Fleet, need: Need, members: list[NodeView]) -> Choice 
         # between placements instead of worked out over every node each time.
         labels = tuple(need.model.spread)
         slot = (need.key, need.source, labels)
-        index = fleet.spreads.get(slot)
+        spreads = fleet.table(SPREADS)
+        index = spreads.get(slot)
         if index is None:
             def values(n: NodeView) -> tuple[str | None, ...]:
                 return domain_values(n, labels)
 
-            grouping = fleet.spread_groups.get((need.key, labels))
+            groupings = fleet.table(GROUPINGS)
+            grouping = groupings.get((need.key, labels))
             if grouping is None:
-                grouping = fleet.spread_groups[(need.key, labels)] = Grouping(fleet, members, values,
-                                                                              len(labels) + 1)
-            index = fleet.spreads[slot] = SpreadIndex(
+                grouping = groupings[(need.key, labels)] = Grouping(fleet, members, values, len(labels) + 1)
+            index = spreads[slot] = SpreadIndex(
                 fleet, members, need.source, need.cache_name, need.gpu_class,
                 fails_now(fleet, need), values, len(labels) + 1, grouping)
         best = index.best()

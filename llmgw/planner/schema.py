@@ -24,6 +24,7 @@ from llmgw.catalog.schema import Engine, EnvName, Name, Text
 from llmgw.errors import PlanError
 from llmgw.inventory import is_host_name
 from llmgw.state import ModelRecord, Replica, Shard, State
+from llmgw.state import replica_sort_key as replica_sort_key  # the ids' order, kept with their shape
 from llmgw.state.model import (
     Count,
     GpuIndex,
@@ -41,7 +42,6 @@ from llmgw.state.model import (
     problems,
 )
 from llmgw.state.model import Source as SourceUrl
-from llmgw.state.model import replica_sort_key as replica_sort_key  # the ids' order, kept with their shape
 from llmgw.weights.names import cache_name, is_cache_name
 from llmgw.weights.present import is_model_path
 from llmgw.yamlio import json_text

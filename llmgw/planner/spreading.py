@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from llmgw.planner.fleet import Fleet, NodeView
+from llmgw.planner.fleet import Fleet, NodeView, PlanTable, StaticKey
 
 # Keys are tuples of small counts packed into one int, most significant first, each field
 # FIELD bits wide: ordered as the tuples are (no count comes near 2**32), and a heap of
@@ -208,3 +208,9 @@ class SpreadIndex:
             self.node_key[node.ordinal] = None
             self._settle(gid)
         return None
+
+
+# What placement builds over a fleet, kept on it for the plan (Fleet.table): one SpreadIndex per
+# (static key, weights source, spread labels), and the Grouping those of one static key and labels share.
+SPREADS: PlanTable[tuple[StaticKey, str, tuple[str, ...]], SpreadIndex] = PlanTable("spread indexes")
+GROUPINGS: PlanTable[tuple[StaticKey, tuple[str, ...]], Grouping] = PlanTable("spread groupings")

@@ -2,6 +2,8 @@
 
     model.py     the schema (State, Replica, Shard, ModelRecord), pinned at version 1
     backend.py   what every backend offers: read, compare-and-set write, a named lock, history
+    capabilities what some backends offer beyond it (Leases, Follow, Database, FileBacked),
+                 asked for with `offers` / `require` instead of testing a backend's class
     local.py     a file on this machine (the default): atomic writes, an flock
     postgres.py  PostgreSQL: every serial kept, a leased lock, fencing, NOTIFY on write
     select.py    which backend a site uses (`state:` in llmgw.yaml), and its password
@@ -17,6 +19,7 @@ from llmgw.state.backend import (
     git_commit,
     lock_waiting,
 )
+from llmgw.state.capabilities import Database, FileBacked, Follow, Leases, offers, require
 from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
 from llmgw.state.model import (
     STATE_VERSION,
@@ -38,6 +41,10 @@ from llmgw.state.select import backend_for, is_state_url, open_backend
 
 __all__ = [
     "STATE_VERSION",
+    "Database",
+    "FileBacked",
+    "Follow",
+    "Leases",
     "LocalBackend",
     "LockHeld",
     "LockInfo",
@@ -60,10 +67,12 @@ __all__ = [
     "git_commit",
     "is_state_url",
     "lock_waiting",
+    "offers",
     "open_backend",
     "parse_state",
     "read_state",
     "replica_sort_key",
+    "require",
     "state_lock",
     "write_state",
 ]

@@ -1,6 +1,7 @@
 """What every state backend offers: read, compare-and-set write, a named lock, history.
 
-    StateBackend   the interface apply, plan and `llmgw state` use
+    StateBackend   the interface apply, plan and `llmgw state` use (what a backend offers
+                   beyond it, callers ask for: llmgw.state.capabilities)
     WriteMeta      who writes a serial, doing what, from which plan and git commit
     SerialRecord   one serial as history keeps it
     LockInfo       who holds the lock, for what, since when, until when (the lease)
@@ -147,19 +148,6 @@ class StateBackend(ABC):
             return current
         raise StateError(f"the state at {self.where} keeps only its newest serial ({current.serial})",
                          hint="a PostgreSQL state (`state: postgresql://...`) keeps every serial")
-
-    @abstractmethod
-    def delivered(self) -> dict[str, int]:
-        """Router host -> the newest serial apply delivered to it and saw it load."""
-
-    @abstractmethod
-    def mark_delivered(self, routers: list[str], serial: int) -> None:
-        """Record that `routers` hold `serial` (an apply killed before this leaves them behind)."""
-
-    def routers_behind(self, routers: list[str], serial: int) -> list[str]:
-        """Those of `routers` not known to hold `serial`: apply delivers to them even with no changes."""
-        known = self.delivered()
-        return sorted(r for r in routers if known.get(r, 0) < serial)
 
     @abstractmethod
     def close(self) -> None:

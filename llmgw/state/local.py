@@ -122,26 +122,6 @@ class LocalBackend(StateBackend):
     def close(self) -> None:
         """Nothing to release: every call opens and closes the file."""
 
-    @property
-    def _delivered_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".routers")
-
-    def delivered(self) -> dict[str, int]:
-        try:
-            data = json.loads(self._delivered_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}  # unknown: every router counts as behind, and gets the state again
-        if not isinstance(data, dict) or data.get("lineage") != self.read().lineage:
-            return {}
-        routers = data.get("routers")
-        return {str(k): int(v) for k, v in routers.items() if isinstance(v, int)} if isinstance(routers, dict) else {}
-
-    def mark_delivered(self, routers: list[str], serial: int) -> None:
-        known = self.delivered()
-        known.update({r: serial for r in routers})
-        body = {"lineage": self.read().lineage, "routers": dict(sorted(known.items()))}
-        atomic_write(self._delivered_path, json.dumps(body, indent=2) + "\n")
-
     def _store(self, state: State, *, expect_serial: int, expect_lineage: str | None, meta: WriteMeta,
                new_serial: int | None = None) -> State:
         current = read_state(self.path)

@@ -27,7 +27,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from llmgw.catalog.schema import NAME_RE, Engine, Model, Name, check_text
+from llmgw.catalog import Model
+from llmgw.catalog.schema import NAME_RE, Engine, Name, check_text
 from llmgw.errors import StateError
 from llmgw.inventory import is_host_name
 

@@ -5,7 +5,7 @@ Tables (prefixed `llmgw_` so the state can share a database with the key store):
     llmgw_state_head     one row: the newest serial and its lineage (the row writes lock)
     llmgw_state_serials  every serial: lineage, the state's JSON, author, time, operation,
                          plan fingerprint, git commit
-    llmgw_state_routers  the newest serial each router was seen to load
+    llmgw_state_routers  the newest serial each router was seen to load (llmgw.apply.delivery)
     llmgw_locks          named leases: `state` (the writers' lock), `controller` (leader)
 
 Time is the database's clock, never a client's, so hosts with skewed clocks agree on
@@ -230,18 +230,6 @@ class PostgresBackend(StateBackend):
             cur.execute("UPDATE llmgw_state_head SET serial = %s, lineage = %s WHERE id = 1", (new.serial, new.lineage))
             cur.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, str(new.serial)))
         return self._remember(new)
-
-    def delivered(self) -> dict[str, int]:
-        with self._tx() as cur:
-            cur.execute("SELECT router, serial FROM llmgw_state_routers")
-            return {r[0]: int(r[1]) for r in cur.fetchall()}
-
-    def mark_delivered(self, routers: list[str], serial: int) -> None:
-        with self._tx() as cur:
-            for r in sorted(routers):
-                cur.execute("INSERT INTO llmgw_state_routers (router, serial) VALUES (%s, %s) ON CONFLICT (router) "
-                            "DO UPDATE SET serial = GREATEST(llmgw_state_routers.serial, EXCLUDED.serial), "
-                            "delivered_at = now()", (r, serial))
 
     # -- following ------------------------------------------------------------------------
 

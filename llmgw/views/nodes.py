@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.facts.records import Filesystem, HostFacts
+from llmgw.facts import Filesystem, HostFacts
 from llmgw.gpus import gpu_left_out
 from llmgw.nodetime import liveness
 from llmgw.views.held import node_weights

@@ -32,8 +32,8 @@ from llmgw.catalog import Catalog, load_catalog
 from llmgw.errors import FabricError
 from llmgw.fabric import FabricIndex, fabrics_from_facts
 from llmgw.fabric.hostmap import HostFabricMap
+from llmgw.facts import HostFacts
 from llmgw.facts.cache import read_facts
-from llmgw.facts.records import HostFacts
 from llmgw.inventory import Inventory, load_inventory
 from llmgw.site import SITE_FILE, Site, site_clock
 from llmgw.state import State, read_state

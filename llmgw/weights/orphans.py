@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from llmgw.catalog import Catalog
-from llmgw.facts.records import HostFacts
+from llmgw.facts import HostFacts
 from llmgw.state import State
 from llmgw.weights.names import cache_name, source_basename
 

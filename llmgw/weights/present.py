@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from urllib.parse import unquote, urlparse
 
 from llmgw.engines.entry import PATTERNS
-from llmgw.facts.records import Weights
+from llmgw.facts import Weights
 from llmgw.weights.hub import COMMIT, is_repo_source
 
 _MODEL_PATH = PATTERNS["model_path"]  # what a shard entry's model_path may be: the host checks the same

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from llmgw import facts as facts_pkg
 from llmgw.fabric.hostmap import capture_key
-from llmgw.facts import digest
+from llmgw.facts import digest, memo
 from llmgw.facts.cache import read_facts, write_facts
 from llmgw.facts.records import HostFacts
 
@@ -41,6 +42,7 @@ def test_a_digest_is_given_back_only_for_the_object_it_was_handed_over_with() ->
 def test_a_plan_from_the_memo_does_not_hash_the_captures_again(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMGW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(facts_pkg, "_memo", memo)  # as the bastion's CLI does (use_memo)
     captures = {"gpu-01": "#\n# Topology file: fabric A\n" * 50, "gpu-02": None, "gpu-03": "# fabric B\n" * 40}
     for name, capture in captures.items():
         write_facts(tmp_path / "facts", host(name, capture))

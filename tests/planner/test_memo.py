@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw import facts as facts_pkg
 from llmgw.fabric import fabrics_from_facts, parse_ibnetdiscover
 from llmgw.fabric.index import FabricIndex
 from llmgw.facts import cache as facts_cache
@@ -30,6 +31,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ibnetdiscover"
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
     monkeypatch.setenv("LLMGW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(facts_pkg, "_memo", memo)  # as the bastion's CLI does (use_memo)
     return Site.load(write_site(tmp_path / "site"))
 
 

@@ -1,5 +1,9 @@
 """Which key store `llmgw keys` acts on, and acting on one that lives on a router host.
 
+A verb's own logic, in the CLI: it reads the site and runs a playbook, which the store package
+(llmgw.store: the keys, quotas and usage the routers serve from) must not, since the router
+imports that package (#34).
+
 The keys must land where the site's routers read them, not in a file beside the state
 that no router opens. In order:
 
