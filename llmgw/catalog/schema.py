@@ -178,6 +178,10 @@ class Profile(BaseModel):
     trust_remote_code: StrictBool = False
     # The host's NVIDIA stack this profile needs (llmgw/stack.py): {driver: ">=570", cuda: ">=12.8"}.
     requires: StackRequires = StackRequires()
+    # Requests one replica of this profile holds at once; beyond it they wait in the router
+    # (router/admission.py). None: the router's `max_in_flight`, else the engine's own slots.
+    # The router's alone: changing it replaces no replica (planner/spec.py leaves it out).
+    max_in_flight: Annotated[Count | None, Field(ge=1, le=65536)] = None
 
     @model_validator(mode="after")
     def _multi_node_needs_gpus(self) -> Profile:
