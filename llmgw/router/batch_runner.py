@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import secrets
 import time
 import uuid
@@ -155,6 +156,28 @@ class BatchRunner:
         self.running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self.stopping = False
+        # batch id -> (the model its lines name, requests not sent yet): the backlog demand
+        # scaling sees (ondemand.py's report). A batch names one model for every line.
+        self._backlog: dict[str, tuple[str | None, int]] = {}
+        self._counted: dict[str, float] = {}  # batch id -> monotonic time of its last count
+
+    def backlog(self) -> dict[str, int]:
+        """Model name (as the batches' lines name it) -> requests of the batches this router
+        runs not sent yet: work waiting that the router's queue never holds (it sends at
+        most `batch_concurrency` at a time)."""
+        out: dict[str, int] = {}
+        for model, n in self._backlog.values():
+            if model is not None and n > 0:
+                out[model] = out.get(model, 0) + n
+        return out
+
+    async def _count_backlog(self, batch: BatchRecord, *, now: float) -> None:
+        """Refresh a batch's not-sent count, at most once a second (a store query)."""
+        if now - self._counted.get(batch.id, -math.inf) < 1.0:
+            return
+        self._counted[batch.id] = now
+        n = await asyncio.to_thread(self.store.pending_count, batch.id)
+        self._backlog[batch.id] = (batch.model, n)
 
     def poke(self) -> None:
         """A batch was created or cancelled here: look now, not at the next poll."""
@@ -205,6 +228,8 @@ class BatchRunner:
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
             self.running.pop(batch.id, None)
+            self._backlog.pop(batch.id, None)  # done, or another router's now: no longer this one's backlog
+            self._counted.pop(batch.id, None)
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.store.release, batch.id, self.runner_id)
 
@@ -276,6 +301,7 @@ class BatchRunner:
                     task.add_done_callback(lambda _: self.slots.release())
                     inflight.add(task)
                     task.add_done_callback(inflight.discard)
+                await self._count_backlog(batch, now=time.monotonic())
                 if not todo and not inflight and await asyncio.to_thread(store.pending_count, batch.id) == 0:
                     ending = "completed"
             if ending is not None and not inflight:

@@ -205,6 +205,12 @@ class Scheduler:
             del self.models[model]
 
     # -- what metrics and the controller read ------------------------------------------------
+    def oldest(self) -> dict[str, float]:
+        """Per model with waiters, when its longest waiter arrived (each group's first in
+        each class is its oldest: arrival order within a group)."""
+        return {m: min(d[0].arrived for by_group in q.waiting.values() for d in by_group.values())
+                for m, q in self.models.items() if q.queued}
+
     def lengths(self) -> dict[tuple[str, str], int]:
         """Waiting requests by (model, priority)."""
         return {(m, p): sum(len(d) for d in q.waiting[p].values())
