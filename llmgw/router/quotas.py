@@ -59,8 +59,8 @@ import logging
 import math
 import secrets
 import time
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmgw.router.openai_errors import RouterError

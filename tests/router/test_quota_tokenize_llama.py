@@ -24,8 +24,11 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.engine
 
 # Words the tiny vocabulary holds as one token each (with their leading space).
-WORDS = ("the of and to in is it he was for on as I his they be at one this or by we can up an she do if "
-         "then them so her has go no my know now").split()
+WORDS = [
+    "the", "of", "and", "to", "in", "is", "it", "he", "was", "for", "on", "as", "I", "his", "they", "be",
+    "at", "one", "this", "or", "by", "we", "can", "up", "an", "she", "do", "if", "then", "them", "so", "her",
+    "has", "go", "no", "my", "know", "now"
+]
 LIMIT = 50_000
 MAX_TOKENS = 4
 CTX = 40960  # the tiny model says 2048: llama-server caps a slot there unless the metadata says more
