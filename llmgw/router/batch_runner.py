@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import secrets
 import time
 import uuid
@@ -41,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmgw.router.asgi import Message, Scope
+from llmgw.router.batch_backlog import Backlog
 from llmgw.router.batch_files import FileDir
 from llmgw.router.calls import Call
 from llmgw.router.endpoints import match
@@ -156,28 +156,7 @@ class BatchRunner:
         self.running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self.stopping = False
-        # batch id -> (the model its lines name, requests not sent yet): the backlog demand
-        # scaling sees (ondemand.py's report). A batch names one model for every line.
-        self._backlog: dict[str, tuple[str | None, int]] = {}
-        self._counted: dict[str, float] = {}  # batch id -> monotonic time of its last count
-
-    def backlog(self) -> dict[str, int]:
-        """Model name (as the batches' lines name it) -> requests of the batches this router
-        runs not sent yet: work waiting that the router's queue never holds (it sends at
-        most `batch_concurrency` at a time)."""
-        out: dict[str, int] = {}
-        for model, n in self._backlog.values():
-            if model is not None and n > 0:
-                out[model] = out.get(model, 0) + n
-        return out
-
-    async def _count_backlog(self, batch: BatchRecord, *, now: float) -> None:
-        """Refresh a batch's not-sent count, at most once a second (a store query)."""
-        if now - self._counted.get(batch.id, -math.inf) < 1.0:
-            return
-        self._counted[batch.id] = now
-        n = await asyncio.to_thread(self.store.pending_count, batch.id)
-        self._backlog[batch.id] = (batch.model, n)
+        self.backlog = Backlog()  # what these batches have not sent yet: load for demand scaling
 
     def poke(self) -> None:
         """A batch was created or cancelled here: look now, not at the next poll."""
@@ -228,8 +207,7 @@ class BatchRunner:
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
             self.running.pop(batch.id, None)
-            self._backlog.pop(batch.id, None)  # done, or another router's now: no longer this one's backlog
-            self._counted.pop(batch.id, None)
+            self.backlog.forget(batch.id)  # done, or another router's now: no longer this one's backlog
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.store.release, batch.id, self.runner_id)
 
@@ -301,7 +279,8 @@ class BatchRunner:
                     task.add_done_callback(lambda _: self.slots.release())
                     inflight.add(task)
                     task.add_done_callback(inflight.discard)
-                await self._count_backlog(batch, now=time.monotonic())
+                if self.backlog.due(batch.id, time.monotonic()):
+                    self.backlog.note(batch, await asyncio.to_thread(store.pending_count, batch.id))
                 if not todo and not inflight and await asyncio.to_thread(store.pending_count, batch.id) == 0:
                     ending = "completed"
             if ending is not None and not inflight:

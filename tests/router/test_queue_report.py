@@ -92,7 +92,7 @@ async def test_a_running_batchs_requests_not_sent_are_its_models_backlog_until_s
     runner = BatchRunner(bstore, files, dispatch, lambda _k: principal, S)
     t = table()
     demand = OnDemand(SimpleNamespace(name="router-1"), S, lambda: t, asyncio.Event, lambda: None)  # type: ignore[arg-type]
-    demand.backlog = runner.backlog
+    demand.backlog = runner.backlog.by_model
     task = asyncio.create_task(runner.run())
     runner.poke()
     # Two sent at once (batch_concurrency), four not: reported under the model the alias names.
