@@ -22,7 +22,8 @@ distinct tokenizer that may serve it — each (model, engine, definition) among 
 replicas of the model and its fallbacks — and reserved at the largest; a model of the chain
 with no ready replica (on demand, starting), an engine that cannot count, a prompt with
 images, audio or tools, or any failure gives no count, and the byte bound stands. Counts are
-cached per tokenizer and prompt (a bounded LRU), so a retried request costs nothing.
+cached per tokenizer and prompt (a bounded LRU), so a retried request costs nothing, and at
+most `_MAX_ASKING` are asked at once.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ log = logging.getLogger("llmgw.router")
 _ENGINES = frozenset({"llamacpp", "vllm"})  # the engines whose tokenizers are asked (see above)
 _CACHE = 4096  # counts kept, per router process
 _MAX_COUNT = 1 << 30  # more is not an answer to believe
+# Counts asked of engines at once, per router process: keys at their limit sending many
+# distinct large prompts cost the engines a bounded amount of tokenizing (a wait for a
+# turn counts against `tokenize_timeout`).
+_MAX_ASKING = 4
 
 
 def _text_only(messages: object) -> bool:
@@ -110,6 +115,7 @@ class PromptCounter:
         self.engine_keys = engine_keys
         self.cache: OrderedDict[tuple[tuple[str, str, str, str], str], int] = OrderedDict()
         self.asked = 0  # counts asked of engines (not from the cache): what tests and the docs quote
+        self._asking = asyncio.Semaphore(_MAX_ASKING)
 
     async def count(self, chain: list[ModelEntry], req: dict[str, Any], path: str) -> int | None:
         """The prompt's tokens by the largest count of any tokenizer that may serve it (the
@@ -152,7 +158,7 @@ class PromptCounter:
     async def _ask(self, replica: ReplicaRuntime, what: dict[str, Any]) -> int | None:
         self.asked += 1
         try:
-            async with asyncio.timeout(self.settings.tokenize_timeout):
+            async with asyncio.timeout(self.settings.tokenize_timeout), self._asking:
                 if replica.record.engine == "vllm":
                     body = {"model": replica.model, **what}
                     if "messages" in what:

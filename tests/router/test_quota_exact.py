@@ -10,15 +10,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
+from llmgw.router.engine_keys import EngineKeys
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.principal import GroupQuota, Principal
 from llmgw.router.quotas import Budget, Quotas
 from llmgw.router.settings import RouterSettings
-from llmgw.router.tokenize import countable, token_ids
+from llmgw.router.table import RoutingTable
+from llmgw.router.tokenize import PromptCounter, countable, token_ids
 from llmgw.router.usage import Clock, UsageRecorder
+from llmgw.state import State
 from llmgw.store import Store, open_store
+from tests.support.router import model, replica
 
 
 @pytest.fixture
@@ -130,3 +135,21 @@ def test_token_id_prompts_count_themselves() -> None:
     assert token_ids({"prompt": [1, True]}, "/v1/completions") is None  # a bool is no token id
     assert token_ids({"prompt": "text"}, "/v1/completions") is None
     assert token_ids({"prompt": [1, 2]}, "/v1/chat/completions") is None
+
+
+async def test_no_count_without_a_ready_replica_of_every_model_that_may_serve(tmp_path: Path) -> None:
+    """A chain with a model that has no ready replica (on demand, starting) or whose engine
+    cannot count gives no count, and asks no engine: the byte bound stands."""
+    ready = replica("r0", "m", "http://127.0.0.1:9")
+    cold = replica("f0", "f", "http://127.0.0.1:9", state="starting")
+    sglang = replica("s0", "s", "http://127.0.0.1:9").model_copy(update={"engine": "sglang"})
+    table = RoutingTable(State(models=[model("m", fallbacks=("f",)), model("f"), model("s")],
+                               replicas=[ready, cold, sglang]))
+    chat = {"messages": [{"role": "user", "content": "hello"}]}
+    async with aiohttp.ClientSession() as session:
+        counter = PromptCounter(RouterSettings(), session, EngineKeys(tmp_path / "keys.json"))
+        assert await counter.count(table.chain(table.models["m"]), chat, "/v1/chat/completions") is None
+        assert await counter.count(table.chain(table.models["s"]), chat, "/v1/chat/completions") is None
+        ids = {"prompt": [5, 6, 7]}
+        assert await counter.count(table.chain(table.models["s"]), ids, "/v1/completions") == 3
+    assert counter.asked == 0
