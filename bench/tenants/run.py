@@ -13,6 +13,9 @@ clients, `heavy` with `--heavy` (8x). Phases, each `--requests` light requests:
 - fair: the heavy group saturating the model, with admission (router queue, fair share);
 - today: the same load with no router limit (`max_in_flight=1000`: every request goes
   straight to an engine and waits in its queue, as before admission);
+- headroom: as fair, with `headroom_slots=1`: the last free slot goes only to a group
+  holding none (the light group's next request finds it free; the heavy group keeps the
+  other replica's);
 - contention: the same heavy load on another model with as many replicas of its own, the
   light group alone on its model: no queue to wait in, only the machine's cores shared
   with busy engines and the load. Its ratio is what this machine does to TTFT whatever
@@ -54,10 +57,10 @@ from tests.support.tenant_load import Timed, load, one_request, queue_length, tt
 from tests.support.waiting import wait_until  # noqa: E402
 
 
-def router(tmp: Path, state: StateFile, store: Store, max_in_flight: int) -> RunningRouter:
+def router(tmp: Path, state: StateFile, store: Store, max_in_flight: int, headroom: int = 0) -> RunningRouter:
     server = RouterServer(state_path=state.path, store=store, listen=("127.0.0.1", 0),
                           admin_listen=("127.0.0.1", 0), graceful_timeout=5,
-                          settings=dataclasses.replace(FAST, max_in_flight=max_in_flight))
+                          settings=dataclasses.replace(FAST, max_in_flight=max_in_flight, headroom_slots=headroom))
     thread, errors = serve_in_thread(server)
     return RunningRouter(server, thread, store, errors)
 
@@ -118,13 +121,14 @@ def main() -> None:
         store.set_group("heavy", share=1.0)
         store.set_group("bulk", priority="batch")
         keys = {g: store.create_key(f"{g}-client", group=g)[1] for g in ("light", "heavy", "bulk")}
-        routers = {"fair": router(tmp, state, store, 1), "today": router(tmp, state, store, 1000)}
+        routers = {"fair": router(tmp, state, store, 1), "today": router(tmp, state, store, 1000),
+                   "headroom": router(tmp, state, store, 1, headroom=1)}
         try:
             light(routers["fair"].base_url, keys["light"], 3, args, "warm")
             alone = ttft_p50(light(routers["fair"].base_url, keys["light"], args.requests, args, "alone")) * 1000
-            phases: dict[str, list[dict[str, Any]]] = {"fair": [], "today": [], "contention": []}
-            order = ["fair", "contention", "today", "today", "contention", "fair"] if args.rounds >= 2 \
-                else ["fair", "contention", "today"]
+            phases: dict[str, list[dict[str, Any]]] = {"fair": [], "today": [], "contention": [], "headroom": []}
+            order = ["fair", "headroom", "contention", "today", "today", "contention", "headroom", "fair"] \
+                if args.rounds >= 2 else ["fair", "headroom", "contention", "today"]
             for n, name in enumerate(order * max(1, args.rounds // 2)):
                 phases[name].append(loaded(routers["fair" if name == "contention" else name], keys, args,
                                            f"{name}{n}", admission=name != "today",
@@ -148,16 +152,19 @@ def main() -> None:
                 "heavy_share_of_served": round(heavy / total, 2) if total else None}
 
     out = {"alone_ttft_p50_ms": round(alone, 1), "fair": summary(phases["fair"]), "today": summary(phases["today"]),
-           "contention": summary(phases["contention"]),
+           "contention": summary(phases["contention"]), "headroom": summary(phases["headroom"]),
            "priority": prio, "replicas": args.replicas, "heavy_clients": args.heavy}
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    f, t, c = out["fair"], out["today"], out["contention"]
+    f, t, c, h = out["fair"], out["today"], out["contention"], out["headroom"]
     print(f"light TTFT p50 alone {alone:.1f} ms")
     print(f"  heavy x{args.heavy}, admission:    {f['ttft_p50_ms']:.1f} ms = {f['ratio_to_alone']:.2f}x alone "
           f"(router wait p50 {f['light_wait_in_router_p50_ms']} ms, at the engine {f['light_engine_p50_ms']} ms; "
           f"at most {f['light_passed_max']} started ahead; heavy served {f['heavy_share_of_served']:.0%} meanwhile)")
+    print(f"  heavy x{args.heavy}, admission, headroom_slots=1: {h['ttft_p50_ms']:.1f} ms = {h['ratio_to_alone']:.2f}x "
+          f"alone (router wait p50 {h['light_wait_in_router_p50_ms']} ms, at the engine {h['light_engine_p50_ms']} ms; "
+          f"heavy served {h['heavy_share_of_served']:.0%} meanwhile)")
     print(f"  heavy x{args.heavy} on another model's replicas (the shared cores alone): {c['ttft_p50_ms']:.1f} ms "
           f"= {c['ratio_to_alone']:.2f}x alone (at the engine {c['light_engine_p50_ms']} ms)")
     print(f"  heavy x{args.heavy}, no admission: {t['ttft_p50_ms']:.1f} ms = {t['ratio_to_alone']:.2f}x alone "

@@ -137,7 +137,8 @@ class Admission:
         self.index = index
         self.clock = clock
         self.scheduler = Scheduler(max_queue=settings.max_queue,
-                                   starve_after=settings.starve_after if settings.starve_after > 0 else None)
+                                   starve_after=settings.starve_after if settings.starve_after > 0 else None,
+                                   headroom=max(0, settings.headroom_slots))
         self.metrics = metrics
         self.slots = slots
         self._waiters: dict[Ticket, asyncio.Future[None]] = {}

@@ -124,3 +124,8 @@ class RouterSettings:
     # A lower class's oldest waiter goes first once it has waited this many seconds, so a
     # steady interactive load cannot starve batch work for ever; 0: strict priority.
     starve_after: float = 0.0
+    # The last this many free slots of a model (per worker) go only to a group holding none,
+    # so a light group's next request finds a slot instead of waiting out a heavy group's
+    # running one. Costs the busiest group that much of the model while nobody else sends;
+    # 0: every free slot to whoever is next (work-conserving).
+    headroom_slots: int = 0
