@@ -13,6 +13,13 @@ clients, `heavy` with `--heavy` (8x). Phases, each `--requests` light requests:
 - fair: the heavy group saturating the model, with admission (router queue, fair share);
 - today: the same load with no router limit (`max_in_flight=1000`: every request goes
   straight to an engine and waits in its queue, as before admission);
+- headroom: as fair, with `headroom_slots=1`: the last free slot goes only to a group
+  holding none (the light group's next request finds it free; the heavy group keeps the
+  other replica's);
+- contention: the same heavy load on another model with as many replicas of its own, the
+  light group alone on its model: no queue to wait in, only the machine's cores shared
+  with busy engines and the load. Its ratio is what this machine does to TTFT whatever
+  the router does; `fair` minus `contention` is the router's part;
 - priority: one slot, a `batch` group keeping 6 requests outstanding, one interactive
   client: its wait in the router, and how many requests started while it waited.
 
@@ -50,10 +57,10 @@ from tests.support.tenant_load import Timed, load, one_request, queue_length, tt
 from tests.support.waiting import wait_until  # noqa: E402
 
 
-def router(tmp: Path, state: StateFile, store: Store, max_in_flight: int) -> RunningRouter:
+def router(tmp: Path, state: StateFile, store: Store, max_in_flight: int, headroom: int = 0) -> RunningRouter:
     server = RouterServer(state_path=state.path, store=store, listen=("127.0.0.1", 0),
                           admin_listen=("127.0.0.1", 0), graceful_timeout=5,
-                          settings=dataclasses.replace(FAST, max_in_flight=max_in_flight))
+                          settings=dataclasses.replace(FAST, max_in_flight=max_in_flight, headroom_slots=headroom))
     thread, errors = serve_in_thread(server)
     return RunningRouter(server, thread, store, errors)
 
@@ -69,10 +76,12 @@ def light(url: str, key: str, n: int, args: argparse.Namespace, tag: str) -> lis
 
 
 def loaded(rr: RunningRouter, keys: dict[str, str], args: argparse.Namespace, tag: str, *,
-           admission: bool) -> dict[str, Any]:
-    with load(rr.base_url, keys["heavy"], args.heavy, words=args.words, max_tokens=args.max_tokens) as heavy:
+           admission: bool, heavy_model: str = "m") -> dict[str, Any]:
+    with load(rr.base_url, keys["heavy"], args.heavy, words=args.words, max_tokens=args.max_tokens,
+              model=heavy_model) as heavy:
         if admission:
-            wait_until(lambda: queue_length(rr.admin_url, "heavy") >= 2, 60, "heavy requests waiting")
+            wait_until(lambda: queue_length(rr.admin_url, "heavy", model=heavy_model) >= 2, 60,
+                       "heavy requests waiting")
         else:
             wait_until(lambda: sum(r["in_flight"] for r in rr.admin("/api/v1/replicas")["replicas"])
                        >= args.replicas + 2, 60, "heavy requests piling onto the engines")
@@ -80,6 +89,7 @@ def loaded(rr: RunningRouter, keys: dict[str, str], args: argparse.Namespace, ta
     window = (ts[0].start, ts[-1].end)
     served = [h for h in heavy if h.status == 200 and window[0] <= h.start and h.end <= window[1]]
     return {"ttft_p50_ms": ttft_p50(ts) * 1000, "light_wait_p50_ms": statistics.median(t.queue_ms or 0 for t in ts),
+            "light_engine_p50_ms": statistics.median((t.ttft or 0) * 1000 - (t.queue_ms or 0) for t in ts),
             "heavy_served": len(served), "light_served": len(ts),
             "light_passed_max": max(t.passed or 0 for t in ts)}
 
@@ -100,26 +110,34 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="llmgw-bench-tenants-") as d:
         tmp = Path(d)
         engines = [start_engine(tmp, f"e{i}", parallel=1) for i in range(args.replicas)]
+        # The same load on a model of its own (`h`, as many replicas): what the machine's shared
+        # cores alone do to the light group's TTFT, with no queue of the light group's model.
+        others = [start_engine(tmp, f"h{i}", parallel=1) for i in range(args.replicas)]
         state = StateFile(tmp / "state.json")
-        state.write([model("m")], [replica(f"r{i}", "m", e.endpoint) for i, e in enumerate(engines)])
+        state.write([model("m"), model("h")], [*(replica(f"r{i}", "m", e.endpoint) for i, e in enumerate(engines)),
+                                               *(replica(f"h{i}", "h", e.endpoint) for i, e in enumerate(others))])
         store = open_store(f"sqlite://{tmp / 'store.sqlite'}")
         store.set_group("light", share=1.0)
         store.set_group("heavy", share=1.0)
         store.set_group("bulk", priority="batch")
         keys = {g: store.create_key(f"{g}-client", group=g)[1] for g in ("light", "heavy", "bulk")}
-        routers = {"fair": router(tmp, state, store, 1), "today": router(tmp, state, store, 1000)}
+        routers = {"fair": router(tmp, state, store, 1), "today": router(tmp, state, store, 1000),
+                   "headroom": router(tmp, state, store, 1, headroom=1)}
         try:
             light(routers["fair"].base_url, keys["light"], 3, args, "warm")
             alone = ttft_p50(light(routers["fair"].base_url, keys["light"], args.requests, args, "alone")) * 1000
-            phases: dict[str, list[dict[str, Any]]] = {"fair": [], "today": []}
-            order = ["fair", "today", "today", "fair"] if args.rounds >= 2 else ["fair", "today"]
+            phases: dict[str, list[dict[str, Any]]] = {"fair": [], "today": [], "contention": [], "headroom": []}
+            order = ["fair", "headroom", "contention", "today", "today", "contention", "headroom", "fair"] \
+                if args.rounds >= 2 else ["fair", "headroom", "contention", "today"]
             for n, name in enumerate(order * max(1, args.rounds // 2)):
-                phases[name].append(loaded(routers[name], keys, args, f"{name}{n}", admission=name == "fair"))
+                phases[name].append(loaded(routers["fair" if name == "contention" else name], keys, args,
+                                           f"{name}{n}", admission=name != "today",
+                                           heavy_model="h" if name == "contention" else "m"))
             prio = priority(tmp, store, keys, args)
         finally:
             for rr in routers.values():
                 rr.stop()
-            for e in engines:
+            for e in [*engines, *others]:
                 e.kill()
             store.close()
 
@@ -129,19 +147,26 @@ def main() -> None:
         total = heavy + sum(r["light_served"] for r in runs)
         return {"ttft_p50_ms": round(ttft, 1), "ratio_to_alone": round(ttft / alone, 2),
                 "light_wait_in_router_p50_ms": statistics.median(r["light_wait_p50_ms"] for r in runs),
+                "light_engine_p50_ms": round(statistics.median(r["light_engine_p50_ms"] for r in runs), 1),
                 "light_passed_max": max(r["light_passed_max"] for r in runs),
                 "heavy_share_of_served": round(heavy / total, 2) if total else None}
 
     out = {"alone_ttft_p50_ms": round(alone, 1), "fair": summary(phases["fair"]), "today": summary(phases["today"]),
+           "contention": summary(phases["contention"]), "headroom": summary(phases["headroom"]),
            "priority": prio, "replicas": args.replicas, "heavy_clients": args.heavy}
     if args.json:
         print(json.dumps(out, indent=2))
         return
-    f, t = out["fair"], out["today"]
+    f, t, c, h = out["fair"], out["today"], out["contention"], out["headroom"]
     print(f"light TTFT p50 alone {alone:.1f} ms")
     print(f"  heavy x{args.heavy}, admission:    {f['ttft_p50_ms']:.1f} ms = {f['ratio_to_alone']:.2f}x alone "
-          f"(router wait p50 {f['light_wait_in_router_p50_ms']} ms, at most {f['light_passed_max']} started "
-          f"ahead; heavy served {f['heavy_share_of_served']:.0%} meanwhile)")
+          f"(router wait p50 {f['light_wait_in_router_p50_ms']} ms, at the engine {f['light_engine_p50_ms']} ms; "
+          f"at most {f['light_passed_max']} started ahead; heavy served {f['heavy_share_of_served']:.0%} meanwhile)")
+    print(f"  heavy x{args.heavy}, admission, headroom_slots=1: {h['ttft_p50_ms']:.1f} ms = {h['ratio_to_alone']:.2f}x "
+          f"alone (router wait p50 {h['light_wait_in_router_p50_ms']} ms, at the engine {h['light_engine_p50_ms']} ms; "
+          f"heavy served {h['heavy_share_of_served']:.0%} meanwhile)")
+    print(f"  heavy x{args.heavy} on another model's replicas (the shared cores alone): {c['ttft_p50_ms']:.1f} ms "
+          f"= {c['ratio_to_alone']:.2f}x alone (at the engine {c['light_engine_p50_ms']} ms)")
     print(f"  heavy x{args.heavy}, no admission: {t['ttft_p50_ms']:.1f} ms = {t['ratio_to_alone']:.2f}x alone "
           f"(heavy served {t['heavy_share_of_served']:.0%} meanwhile)")
     print(f"  admission / none: {f['ttft_p50_ms'] / t['ttft_p50_ms']:.2f}")

@@ -180,6 +180,10 @@ class Profile(BaseModel):
     requires: StackRequires = StackRequires()
     # `bind`: CPUs and memory on its GPUs' NUMA node, when they share one (NUMAPolicy=bind, CPUAffinity=numa).
     numa: Literal["bind", "off"] = "off"
+    # Requests one replica of this profile holds at once; beyond it they wait in the router
+    # (router/admission.py). None: the router's `max_in_flight`, else the engine's own slots.
+    # The router's alone: changing it replaces no replica (planner/spec.py leaves it out).
+    max_in_flight: Annotated[Count | None, Field(ge=1, le=65536)] = None
 
     @model_validator(mode="after")
     def _multi_node_needs_gpus(self) -> Profile:

@@ -2,19 +2,26 @@
 
 Routers report to the controller (docs/demand.md): every few seconds each router process
 POSTs, per replica, its requests in flight and the seconds since its last request, and per
-model the requests it holds waiting for a replica. The controller keeps the newest report
+model the requests it holds waiting (for a replica, or in its admission queue), how long the
+longest of those has waited, and its batches' requests not sent yet. The controller keeps the newest report
 of each (router, process) in a `Reports` book and decides, from all of them together:
 
 - **activate**: a model with no ready or starting replica that a router asked for, or
-  that has requests waiting;
-- **scale up**: a model whose load (in flight + waiting, summed over every router) is
-  above `target_in_flight` per replica, below `max`, outside its `up_cooldown`: to as
-  many replicas as the load needs at the target (at most `max`), in one action;
+  that has requests waiting or a batch backlog;
+- **scale up**: a model whose load (in flight + waiting + batch requests not sent yet,
+  summed over every router) is above `target_in_flight` per replica, below `max`, outside
+  its `up_cooldown`: to as many replicas as the load needs at the target (at most `max`),
+  in one action; or, whatever the load, one more when a request has waited
+  `SATURATED_WAIT` seconds in a router's queue (the replicas hold all they take). Only
+  where the fleet has room: the plan places what fits and says why not the rest;
 - **scale down**: a model whose load has fitted into one replica fewer (at the target,
   with a hysteresis margin) for its whole `down_cooldown`, above `min`: the least busy
   replica is drained;
 - **stop idle**: a replica of a `min: 0` model on which no router has had a request for
-  `idle_timeout`.
+  `idle_timeout`, with nothing waiting and no batch backlog.
+
+A backlog holds replicas up only while it lasts: routers report what is not sent yet, the
+last request of a batch sent is the end of it, and the usual idle and down rules follow.
 
 A router of the inventory with no fresh report is *not known*: while one is not known,
 nothing is scaled down or stopped (its traffic may be what keeps a replica busy).
@@ -24,151 +31,37 @@ Everything here is a pure function of its arguments, with time passed in.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from llmgw.errors import LlmgwError
+from llmgw.controller.reports import (
+    MAX_BYTES_PER_ROUTER,
+    MAX_PROCESSES_PER_ROUTER,
+    STALE_AFTER,
+    ForgedReport,
+    ReplicaLoad,
+    Report,
+    ReportError,
+    Reports,
+    parse_report,
+)
 from llmgw.idle import idle_verdict
 
-# A report older than this (seconds) does not count: its router is not known.
-STALE_AFTER = 15.0
-# What one router may hold in the controller's memory (Reports): processes (its workers,
-# and restarted ones until they expire) and bytes of their report bodies together.
-MAX_PROCESSES_PER_ROUTER = 64
-MAX_BYTES_PER_ROUTER = 8 * 1024 * 1024
+# The reports' side (llmgw.controller.reports), named here too: callers read demand as one noun.
+__all__ = ["HYSTERESIS", "MAX_BYTES_PER_ROUTER", "MAX_PROCESSES_PER_ROUTER", "SATURATED_WAIT", "STALE_AFTER",
+           "Decision", "Fleet", "ForgedReport", "History", "ModelDemand", "ReplicaLoad", "Report", "ReportError",
+           "Reports", "decide", "desired_count", "fleet_view", "load_of", "parse_report", "saturated"]
+
 # Scale down only when the load fits `current - 1` replicas at this share of the target,
 # so a load just under the target does not flap between two counts.
 HYSTERESIS = 0.7
+# A request that has waited this long (seconds) in a router's queue means the replicas are
+# full (the routers hold what is beyond their max_in_flight), whatever in flight says of the
+# target: one more replica, and none drained while it lasts.
+SATURATED_WAIT = 10.0
 
 Kind = Literal["activate", "scale-up", "scale-down", "stop-idle"]
-
-
-class ReportError(LlmgwError):
-    pass
-
-
-class ForgedReport(ReportError):
-    """A report in the name of a router other than its credential's."""
-
-
-@dataclass(frozen=True)
-class ReplicaLoad:
-    in_flight: int = 0
-    # Seconds since this router last started or finished a request on the replica (or first
-    # saw it, when never used).
-    idle_s: float = 0.0
-    # The router's health checks find it failing now (ejected or checked down); False when the
-    # router did not say (a router from before the field existed).
-    failing: bool = False
-
-
-@dataclass(frozen=True)
-class Report:
-    """One router process's view, as received (`at`: the controller's monotonic clock)."""
-
-    router: str
-    process: str
-    at: float
-    serial: int = 0
-    replicas: Mapping[str, ReplicaLoad] = field(default_factory=dict)
-    waiting: Mapping[str, int] = field(default_factory=dict)  # model -> requests held for a replica
-    model_idle_s: Mapping[str, float] = field(default_factory=dict)  # model -> seconds since its last request
-
-
-def _count(value: object, what: str, *, maximum: float = 10**9) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= maximum \
-            or math.isnan(value):
-        raise ReportError(f"{what} must be a number from 0 to {maximum:g}, not {value!r}")
-    return float(value)
-
-
-def _name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= 200 or not value.isprintable():
-        raise ReportError(f"{what} must be a name of 1 to 200 printable characters")
-    return value
-
-
-def parse_report(data: Any, at: float, router: str) -> Report:
-    """A report from a router's JSON (hostile until checked), counted under `router`: the
-    name its credential carries, never the body's (a body naming another router is refused)."""
-    if not isinstance(data, dict):
-        raise ReportError("a report is a JSON object")
-    claimed = data.get("router", router)
-    if claimed != router:
-        raise ForgedReport(f"this credential is router {router!r}'s; a report for {str(claimed)[:200]!r} needs "
-                           "that router's own", hint="each router reports with its own token only")
-    replicas: dict[str, ReplicaLoad] = {}
-    raw_replicas = data.get("replicas", {})
-    if not isinstance(raw_replicas, dict) or len(raw_replicas) > 100_000:
-        raise ReportError("replicas must be an object of replica id -> {in_flight, idle_s}")
-    for rid, load in raw_replicas.items():
-        if not isinstance(load, dict):
-            raise ReportError(f"replicas.{_name(rid, 'a replica id')} must be an object")
-        healthy = load.get("healthy", True)
-        if not isinstance(healthy, bool):
-            raise ReportError(f"replicas.{rid}.healthy must be true or false, not {str(healthy)[:40]!r}")
-        replicas[_name(rid, "a replica id")] = ReplicaLoad(
-            in_flight=int(_count(load.get("in_flight", 0), f"replicas.{rid}.in_flight")),
-            idle_s=_count(load.get("idle_s", 0), f"replicas.{rid}.idle_s"), failing=not healthy)
-    waiting: dict[str, int] = {}
-    idle: dict[str, float] = {}
-    for key, out in (("waiting", waiting), ("model_idle_s", idle)):
-        raw = data.get(key, {})
-        if not isinstance(raw, dict) or len(raw) > 100_000:
-            raise ReportError(f"{key} must be an object of model -> number")
-        for model, n in raw.items():
-            value = _count(n, f"{key}.{model}")
-            out[_name(model, "a model name")] = int(value) if key == "waiting" else value  # type: ignore[assignment]
-    return Report(router=router, process=_name(str(data.get("process", "-")), "process"),
-                  at=at, serial=int(_count(data.get("serial", 0), "serial", maximum=2**62)), replicas=replicas,
-                  waiting=waiting, model_idle_s=idle)
-
-
-class Reports:
-    """The newest report of every router process (thread-safe: the API writes, the loop reads).
-
-    Bounded per router, whatever a router sends: at most `per_router` processes and
-    `per_router_bytes` of report bodies (a new process past either evicts that router's
-    oldest), and a process silent for four staleness periods is dropped. So one router,
-    even compromised, holds a bounded share and cannot evict another router's reports."""
-
-    def __init__(self, stale_after: float = STALE_AFTER, *, per_router: int = MAX_PROCESSES_PER_ROUTER,
-                 per_router_bytes: int = MAX_BYTES_PER_ROUTER) -> None:
-        self.stale_after = stale_after
-        self.per_router = per_router
-        self.per_router_bytes = per_router_bytes
-        self._lock = threading.Lock()
-        self._by: dict[str, dict[str, tuple[Report, int]]] = {}  # router -> process -> (report, its size)
-
-    def add(self, report: Report, size: int = 0) -> None:
-        """Keep `report` (its body `size` bytes) as its process's newest."""
-        with self._lock:
-            mine = self._by.setdefault(report.router, {})
-            self._expire(mine, report.at)
-            mine.pop(report.process, None)
-            while mine and (len(mine) >= self.per_router
-                            or sum(n for _r, n in mine.values()) + size > self.per_router_bytes):
-                del mine[min(mine, key=lambda p: mine[p][0].at)]  # this router's oldest process
-            mine[report.process] = (report, size)
-
-    def _expire(self, mine: dict[str, tuple[Report, int]], now: float) -> None:
-        for process in [p for p, (r, _n) in mine.items() if now - r.at > 4 * self.stale_after]:
-            del mine[process]  # a process gone for good (restarted router, old worker)
-
-    def fresh(self, now: float) -> list[Report]:
-        with self._lock:
-            for router in list(self._by):
-                self._expire(self._by[router], now)
-                if not self._by[router]:
-                    del self._by[router]
-            return [r for mine in self._by.values() for r, _n in mine.values() if now - r.at <= self.stale_after]
-
-    def held(self) -> dict[str, tuple[int, int]]:
-        """router -> (processes, bytes) kept: what the bounds above bound."""
-        with self._lock:
-            return {router: (len(mine), sum(n for _r, n in mine.values())) for router, mine in self._by.items()}
 
 
 @dataclass(frozen=True)
@@ -198,6 +91,8 @@ class Fleet:
     waiting: Mapping[str, int]
     model_idle_s: Mapping[str, float]
     unknown: tuple[str, ...]
+    queue_wait_s: Mapping[str, float] = field(default_factory=dict)  # model -> the longest any router's waiter waited
+    backlog: Mapping[str, int] = field(default_factory=dict)  # model -> batch requests not sent, summed
 
 
 def fleet_view(reports: Iterable[Report], routers: Iterable[str]) -> Fleet:
@@ -205,6 +100,8 @@ def fleet_view(reports: Iterable[Report], routers: Iterable[str]) -> Fleet:
     idle: dict[str, float] = {}
     waiting: dict[str, int] = {}
     model_idle: dict[str, float] = {}
+    queue_wait: dict[str, float] = {}
+    backlog: dict[str, int] = {}
     seen: set[str] = set()
     known = set(routers)
     for r in reports:
@@ -218,7 +115,11 @@ def fleet_view(reports: Iterable[Report], routers: Iterable[str]) -> Fleet:
             waiting[m] = waiting.get(m, 0) + n
         for m, s in r.model_idle_s.items():
             model_idle[m] = min(model_idle.get(m, math.inf), s)
-    return Fleet(in_flight, idle, waiting, model_idle, tuple(sorted(known - seen)))
+        for m, s in r.queue_wait_s.items():
+            queue_wait[m] = max(queue_wait.get(m, 0.0), s)
+        for m, n in r.backlog.items():
+            backlog[m] = backlog.get(m, 0) + n
+    return Fleet(in_flight, idle, waiting, model_idle, tuple(sorted(known - seen)), queue_wait, backlog)
 
 
 @dataclass(frozen=True)
@@ -240,7 +141,15 @@ class History:
 
 
 def load_of(m: ModelDemand, fleet: Fleet) -> int:
-    return sum(fleet.in_flight.get(r, 0) for r in (*m.ready, *m.starting)) + fleet.waiting.get(m.name, 0)
+    """Requests in flight, waiting in the routers, and not yet sent of the batches they run."""
+    return sum(fleet.in_flight.get(r, 0) for r in (*m.ready, *m.starting)) + fleet.waiting.get(m.name, 0) \
+        + fleet.backlog.get(m.name, 0)
+
+
+def saturated(m: ModelDemand, fleet: Fleet) -> bool:
+    """Requests have waited in a router's queue for `SATURATED_WAIT` seconds: the replicas
+    hold all they take (their `max_in_flight`, the engine's slots) whatever the target says."""
+    return fleet.queue_wait_s.get(m.name, 0.0) >= SATURATED_WAIT
 
 
 def desired_count(m: ModelDemand, load: int) -> int:
@@ -260,16 +169,21 @@ def decide(m: ModelDemand, fleet: Fleet, history: History, now: float, *,
     live = len(m.ready) + len(m.starting)
     load = load_of(m, fleet)
     waiting = fleet.waiting.get(m.name, 0)
+    backlog = fleet.backlog.get(m.name, 0)
     if live == 0:
         history.low_since.pop(m.name, None)
-        if (asked or waiting) and m.max > 0:
-            why = f"{waiting} request(s) waiting" if waiting else "a router asked for it"
+        if (asked or waiting or backlog) and m.max > 0:
+            why = f"{waiting} request(s) waiting" if waiting else \
+                f"{backlog} batch request(s) not sent" if backlog else "a router asked for it"
             return Decision(m.name, "activate", f"no replica running and {why}", current=0, desired=1), why
         return None, "no replica running, none asked for"
     if m.starting:
         return None, f"{len(m.starting)} replica(s) starting"
     current = len(m.ready)
     want = desired_count(m, load)
+    slow = m.target_in_flight is not None and saturated(m, fleet)
+    if slow and want <= current < m.max:
+        want = current + 1  # one more at a time: the queue's length says nothing of how many
     since = history.last_action.get(m.name)
     if want > current:
         history.low_since.pop(m.name, None)
@@ -279,20 +193,25 @@ def decide(m: ModelDemand, fleet: Fleet, history: History, now: float, *,
         # All the replicas the load needs at once (capped by max; capacity caps the plan): one
         # at a time, each an apply of minutes, a ramp would reach max a cooldown and an apply
         # per replica late.
-        return Decision(m.name, "scale-up", f"{load} in flight/waiting over {current} replica(s), target "
-                        f"{m.target_in_flight} per replica", current=current, desired=want), "scaling up"
+        reason = f"{load} in flight/waiting over {current} replica(s), target {m.target_in_flight} per replica"
+        if backlog:
+            reason += f" ({backlog} of them batch requests not sent yet)"
+        if slow and want == current + 1 and desired_count(m, load) <= current:
+            reason = (f"requests waited {fleet.queue_wait_s.get(m.name, 0.0):.0f} s in a router's queue "
+                      f"(over {SATURATED_WAIT:g} s) on {current} replica(s): they are saturated")
+        return Decision(m.name, "scale-up", reason, current=current, desired=want), "scaling up"
     if fleet.unknown:
         history.low_since.pop(m.name, None)
         return None, f"router(s) {', '.join(fleet.unknown)} not known: nothing is scaled down or stopped"
     if m.min == 0 and m.idle_timeout > 0:
         idle = _idle_replicas(m, fleet)
-        if len(idle) == current and idle and waiting == 0:
+        if len(idle) == current and idle and waiting == 0 and backlog == 0:
             rid = min(idle)
             return Decision(m.name, "stop-idle", f"no request on any router for {m.idle_timeout:g} s",
                             replica=rid, current=current, desired=current - 1), "idle"
     # The last replica of a `min: 0` model goes by its idle_timeout above, never by load.
     if m.target_in_flight is not None and current > max(m.min, 1):
-        fits = load <= HYSTERESIS * m.target_in_flight * (current - 1)
+        fits = load <= HYSTERESIS * m.target_in_flight * (current - 1) and not slow
         if not fits:
             history.low_since.pop(m.name, None)
             return None, f"{load} in flight/waiting on {current} replica(s): steady"

@@ -83,12 +83,13 @@ def _record(m: Model) -> ModelRecord:
     s = m.scaling
     return ModelRecord(name=m.name, aliases=list(m.aliases), fallbacks=list(m.fallbacks),
                        scaling=ScalingRecord(min=s.min, max=s.maximum, idle_timeout=s.idle_timeout),
-                       routing=m.routing)
+                       routing=m.routing,
+                       max_in_flight={p.name: p.max_in_flight for p in m.profiles if p.max_in_flight is not None})
 
 
 def _record_change(old: ModelRecord, new: ModelRecord) -> str:
     parts = []
-    for key in ("aliases", "fallbacks", "routing"):
+    for key in ("aliases", "fallbacks", "routing", "max_in_flight"):
         a, b = getattr(old, key), getattr(new, key)
         if a != b:
             parts.append(f"{key} {a} -> {b}")

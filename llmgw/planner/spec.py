@@ -25,6 +25,9 @@ def parse_unit(name: str) -> tuple[str, int] | None:
 
 # Profile keys added after replicas were first recorded: left out of the hash at their default.
 _ADDED_KEYS = ("trust_remote_code", "numa")
+# Profile keys only routers read (the state's model records carry them): no engine runs
+# differently, so a change replaces nothing.
+_ROUTER_KEYS = frozenset({"max_in_flight"})
 
 
 def spec_hash(model: Model, profile: Profile) -> str:
@@ -36,6 +39,7 @@ def spec_hash(model: Model, profile: Profile) -> str:
     # A key left at its default is left out, so that adding one to the catalog's schema
     # (trust_remote_code) replaces no replica that does not set it.
     exclude = {k for k in _ADDED_KEYS if getattr(profile, k) == Profile.model_fields[k].default}
+    exclude |= _ROUTER_KEYS
     doc = {"source": model.source, "profile": profile.model_dump(mode="json", exclude=exclude)}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,6 +1,7 @@
 """Admission per model: requests beyond the replicas' slots wait here, not on the engines.
 
-Each ready replica has a concurrency target (`replica_slots`): the router setting
+Each ready replica has a concurrency target (`replica_slots`): its catalog profile's
+`max_in_flight` (carried in the state's model record), else the router setting
 `max_in_flight` when set, else the slots its engine says it runs (slots.py: llama.cpp's
 `--parallel`, from its /props), else none (the engine's own queue decides, as before). A model's
 capacity is the sum over its routable replicas; with several worker processes each worker
@@ -38,6 +39,7 @@ from llmgw.router.scheduler import RANK, Scheduler, Ticket
 from llmgw.router.settings import RouterSettings
 from llmgw.router.slots import SlotCounts
 from llmgw.router.table import ReplicaRuntime, RoutingTable
+from llmgw.state import ModelRecord
 from llmgw.store.model import PRIORITIES, Priority
 
 # Endpoints that take none of an engine's slots: the tokenizer, and a stored response's
@@ -60,8 +62,14 @@ _SERVICE_TIERS: dict[str, Priority | None] = {"auto": None, "default": None, "fl
                                                "priority": "interactive", "scale": "interactive"}
 
 
-def replica_slots(replica: ReplicaRuntime, settings: RouterSettings, counts: SlotCounts | None) -> int:
-    """How many requests one replica should hold at once; 0: no router limit."""
+def replica_slots(replica: ReplicaRuntime, settings: RouterSettings, counts: SlotCounts | None,
+                  record: ModelRecord | None = None) -> int:
+    """How many requests one replica should hold at once; 0: no router limit. Its profile's
+    `max_in_flight` (the catalog's, in the model's `record`) first, then the router's, then
+    the engine's slots."""
+    by_profile = record.max_in_flight.get(replica.record.profile) if record is not None else None
+    if by_profile is not None:
+        return by_profile
     if settings.max_in_flight > 0:
         return settings.max_in_flight
     learnt = counts.slots(replica.id, replica.endpoint) if counts is not None else None
@@ -129,7 +137,8 @@ class Admission:
         self.index = index
         self.clock = clock
         self.scheduler = Scheduler(max_queue=settings.max_queue,
-                                   starve_after=settings.starve_after if settings.starve_after > 0 else None)
+                                   starve_after=settings.starve_after if settings.starve_after > 0 else None,
+                                   headroom=max(0, settings.headroom_slots))
         self.metrics = metrics
         self.slots = slots
         self._waiters: dict[Ticket, asyncio.Future[None]] = {}
@@ -142,7 +151,7 @@ class Admission:
         # The routable replicas; when every one is ejected, the ready ones the proxy then
         # tries anyway (panic mode); none ready: no limit (on demand starts one, or a 503).
         replicas = entry.routable(time.monotonic()) or [r for r in entry.replicas if r.state == "ready"]
-        slots = [replica_slots(r, self.settings, self.slots) for r in replicas]
+        slots = [replica_slots(r, self.settings, self.slots, entry.record) for r in replicas]
         if not slots or 0 in slots:  # a replica without a limit: the engine's queue decides
             return 0
         total = sum(slots)
@@ -207,6 +216,12 @@ class Admission:
     def queued(self) -> dict[str, int]:
         """Requests waiting per model, as demand scaling counts load (ondemand.py's report)."""
         return {m: q.queued for m, q in self.scheduler.models.items() if q.queued}
+
+    def queue_wait(self) -> dict[str, float]:
+        """Seconds the longest waiter of each model with a queue has waited (demand scaling
+        reads it: a queue that stays long is saturation whatever the in-flight target says)."""
+        now = self.clock()
+        return {m: max(0.0, now - t) for m, t in self.scheduler.oldest().items()}
 
     def pump(self) -> None:
         """Start waiters a capacity change made room for (a replica became ready)."""

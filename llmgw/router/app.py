@@ -124,6 +124,8 @@ class Router:
         self.responses = ResponseAffinity()  # which replica produced each Responses API id
         self.batches = BatchService(store=store, settings=settings, state_path=state_path, table=lambda: self.table,
                                     dispatch=via_proxy(self.proxy, self.responses), principal_of=self._active_key)
+        self.ondemand.queue_wait = self.admission.queue_wait  # so are a long wait and a batch backlog
+        self.ondemand.backlog = self.batches.runner.backlog.by_model
         self._tasks: list[asyncio.Task[None]] = []
 
     def _active_key(self, key_id: str) -> Principal | None:

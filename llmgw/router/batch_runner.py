@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmgw.router.asgi import Message, Scope
+from llmgw.router.batch_backlog import Backlog
 from llmgw.router.batch_files import FileDir
 from llmgw.router.calls import Call
 from llmgw.router.endpoints import match
@@ -155,6 +156,7 @@ class BatchRunner:
         self.running: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self.stopping = False
+        self.backlog = Backlog()  # what these batches have not sent yet: load for demand scaling
 
     def poke(self) -> None:
         """A batch was created or cancelled here: look now, not at the next poll."""
@@ -205,6 +207,7 @@ class BatchRunner:
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
             self.running.pop(batch.id, None)
+            self.backlog.forget(batch.id)  # done, or another router's now: no longer this one's backlog
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.store.release, batch.id, self.runner_id)
 
@@ -276,6 +279,8 @@ class BatchRunner:
                     task.add_done_callback(lambda _: self.slots.release())
                     inflight.add(task)
                     task.add_done_callback(inflight.discard)
+                if self.backlog.due(batch.id, time.monotonic()):
+                    self.backlog.note(batch, await asyncio.to_thread(store.pending_count, batch.id))
                 if not todo and not inflight and await asyncio.to_thread(store.pending_count, batch.id) == 0:
                     ending = "completed"
             if ending is not None and not inflight:

@@ -15,8 +15,11 @@ own); without one, a request for a model with no replica running is answered 503
 - Every `report_interval` seconds the router reports its load: per replica, requests in
   flight, seconds since its last request and whether its health checks find it failing
   (the controller refreshes the facts of nodes whose replicas fail: controller/refresh.py);
-  per model, requests held and seconds since the last request. The controller decides idle
-  stops and scaling from every router's reports together.
+  per model, requests held, seconds since the last request, how long the longest waiter in
+  admission's queue has waited, and the backlog of the batches this router runs (requests
+  not sent yet: the router sends a batch a few requests at a time, so its queue never
+  shows them). The controller decides idle stops and scaling from every router's reports
+  together.
 """
 
 from __future__ import annotations
@@ -117,6 +120,10 @@ class OnDemand:
         self.waiting: dict[str, int] = {}  # model -> requests held now
         # model -> requests waiting in admission's queue (app.py sets it): load as well.
         self.queued: Callable[[], dict[str, int]] = dict
+        # model -> seconds its longest waiter in admission's queue has waited; model name (as
+        # batch lines name it: an alias too) -> batch requests not sent yet (app.py sets both).
+        self.queue_wait: Callable[[], dict[str, float]] = dict
+        self.backlog: Callable[[], dict[str, int]] = dict
         self.last_request: dict[str, float] = {}  # model -> monotonic time of the last request
         self.report_error: str | None = None
 
@@ -209,7 +216,19 @@ class OnDemand:
                              for r in table.replicas.values()},
                 "waiting": {m: n for m in {*self.waiting, *queued}
                             if (n := self.waiting.get(m, 0) + queued.get(m, 0)) > 0},
-                "model_idle_s": {m: round(max(0.0, now - t), 3) for m, t in self.last_request.items()}}
+                "model_idle_s": {m: round(max(0.0, now - t), 3) for m, t in self.last_request.items()},
+                "queue_wait_s": {m: round(w, 3) for m, w in self.queue_wait().items()},
+                "backlog": self._backlog(table)}
+
+    def _backlog(self, table: RoutingTable) -> dict[str, int]:
+        """Batch requests not sent yet, per model of the table (aliases resolved; names the
+        table does not know are not reported: the controller would count them for nothing)."""
+        out: dict[str, int] = {}
+        for name, n in self.backlog().items():
+            entry = table.resolve(name)
+            if entry is not None and n > 0:
+                out[entry.name] = out.get(entry.name, 0) + n
+        return out
 
     async def run_reports(self) -> None:
         if self.activator is None:

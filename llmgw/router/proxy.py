@@ -68,6 +68,7 @@ from llmgw.router.routes import RouteRuntime
 from llmgw.router.settings import RouterSettings
 from llmgw.router.streaming import SseUsageScanner
 from llmgw.router.table import ChainView, EjectionPolicy, ModelEntry, ReplicaRuntime, RoutingTable
+from llmgw.router.tokenize import PromptCounter
 from llmgw.router.usage import Clock, UsageRecorder
 from llmgw.store.model import Priority
 
@@ -247,6 +248,7 @@ class Proxy:
         self.ondemand = ondemand
         self.quotas = quotas
         self.engine_keys = engine_keys
+        self.counter = PromptCounter(settings, session, engine_keys)  # exact prompts near a token limit
         self.admission = admission or Admission(settings, table, metrics=metrics)
         self.flights: set[Flight] = set()
         self.policy = EjectionPolicy(threshold=settings.eject_after_failures, max_share=settings.max_ejected_share,
@@ -295,7 +297,9 @@ class Proxy:
             if priority is None:  # a 400 or 403 before anything is counted against a quota
                 priority = requested_priority(principal.tenancy, _header(scope, PRIORITY_HEADER),
                                               req.get("service_tier"))
-            reservation = await self.quotas.admit(principal, len(body), budget)
+            chain = table.chain(entry)
+            reservation = await self.quotas.admit(  # counted exactly only if the byte bound is refused
+                principal, len(body), budget, lambda: self.counter.count(chain, req, call.endpoint.path))
             # A slot of the model (admission.py): waits here while its replicas are full. The
             # cost until the engine's count is known: the prompt at about 4 bytes a token.
             held = (self.admission.slot(entry.name, principal.tenancy, priority, len(body) // 4)

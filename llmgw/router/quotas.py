@@ -29,15 +29,19 @@ Every budget and count must be an integer in range (not `100000.0`, `"100000"`, 
 `-1`): anything else is a 400 naming the field, for every key, before anything is
 reserved or routed, so what the engine reads is always what was counted.
 
-Why the body's size and not the engine's tokenizer: admission comes before routing (the
-replica may be cold, on demand), each engine counts differently (llama-server's
-/tokenize applies no chat template; vLLM's takes messages), and asking an engine costs a
-round trip per request that the quota itself would not limit. Bytes are free and never
-fewer than the tokens of the text a client sends (a chat template's own few tokens are
-covered by the JSON around the text). The cost of the bound is at the end of a day: a
-request is refused when the group has less left than its body's bytes, though its
-prompt may be a quarter of that in tokens. Each reservation is settled with the
-request's real usage (the engine's count) at the next usage flush.
+Why the body's size first and the engine's tokenizer only after: admission comes before
+routing (the replica may be cold, on demand), and asking an engine costs a round trip per
+request that the quota itself would not limit. Bytes are free and never fewer than the
+tokens of the text a client sends (a chat template's own few tokens are covered by the JSON
+around the text). Their cost is at the end of a day: a group with less left than a body's
+bytes would be refused a prompt a quarter of that in tokens. So when the byte bound is what
+a token limit refuses, and only then, the prompt is counted exactly by the tokenizers of
+the engines that may serve it (tokenize.py: every ready replica's distinct tokenizer, of
+the model and its fallbacks, the largest count) and admitted again by that count; where no
+engine can count it (none ready, images, tools), the refusal stands. The count is the
+engine's own, so "at most one request's completion budget over" still holds. Unlimited
+keys, and limited keys far from their limit, never wait for a tokenizer. Each reservation
+is settled with the request's real usage (the engine's count) at the next usage flush.
 
 Requests per minute use a sliding-window estimate over clock minutes (the current
 minute's count plus the previous minute's, weighted by how much of it is still inside
@@ -55,13 +59,14 @@ import logging
 import math
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.principal import Principal
 from llmgw.router.settings import RouterSettings
-from llmgw.store import Refusal, Store
+from llmgw.store import GroupLimit, Refusal, Store
 
 if TYPE_CHECKING:
     from llmgw.router.usage import Clock, UsageRecorder
@@ -151,26 +156,50 @@ class Quotas:
         self.recorder = recorder
         self.clock = clock
         self.settings = settings
+        self.exact_admits = 0  # requests the byte bound refused and the exact count admitted
 
-    async def admit(self, principal: Principal, body_bytes: int, budget: Budget | None) -> str | None:
+    async def admit(self, principal: Principal, body_bytes: int, budget: Budget | None,
+                    count: Callable[[], Awaitable[int | None]] | None = None) -> str | None:
         """Admit the request or raise 429 (503 if the store is down); returns the
         reservation to hand to `release` when the request is done, if one was made (then
-        the engine must be held to `budget`: proxy.py writes it into the body)."""
-        now = time.time()
+        the engine must be held to `budget`: proxy.py writes it into the body).
+
+        `count` gives the prompt's exact tokens (tokenize.py), or None when the engines
+        cannot say; it is called only when the byte bound is what a token limit refuses."""
         if not principal.quotas:
-            self.recorder.count_request(principal.key_id, int(now // 60))
+            self.recorder.count_request(principal.key_id, int(time.time() // 60))
             return None
-        rid = secrets.token_hex(12)
         limits = [q.limit() for q in principal.quotas]
+        total = budget.total if budget is not None else 0
+        bound = prompt_bound(body_bytes, self.settings)
+        rid, refusal, now = await self._admit(principal, limits, bound, total)
+        if refusal is not None and refusal.what == "tokens" and count is not None \
+                and self.settings.tokenize_timeout > 0:
+            exact = await count()
+            if exact is not None and exact < bound:
+                # The engines' own count: what the engine will charge, so the prompt still
+                # fits and only the completion may pass the limit.
+                rid, refusal, now = await self._admit(principal, limits, exact, total)
+                if refusal is None:
+                    self.exact_admits += 1
+                    log.debug("admitted a prompt of %d tokens (%d body bytes) by its exact count", exact, body_bytes)
+        if refusal is not None:
+            raise refusal_error(refusal, now)
+        return rid if any(g.tokens_per_day is not None for g in limits) else None
+
+    async def _admit(self, principal: Principal, limits: list[GroupLimit], prompt: int,
+                     completion: int) -> tuple[str, Refusal | None, float]:
+        """One admission in the store: the reservation's id, the refusal if any, and when."""
+        now = time.time()
+        rid = secrets.token_hex(12)
         # This router's unwritten usage goes first, in the same transaction: a request of
         # this key that just finished must not still count as reserved.
         batch = self.recorder.take()
         try:
             refusal = await asyncio.to_thread(
                 self.store.admit, principal.key_id, limits, now=now, day=self.clock.day(now),
-                reserve=prompt_bound(body_bytes, self.settings) + (budget.total if budget is not None else 0),
-                reservation_id=rid,
-                fit=prompt_bound(body_bytes, self.settings),  # the prompt fits; only the completion may pass
+                reserve=prompt + completion, reservation_id=rid,
+                fit=prompt,  # the prompt fits; only the completion may pass
                 expires_at=now + self.settings.reservation_ttl, usage=batch)
         except Exception as exc:
             self.recorder.restore(*batch)
@@ -178,9 +207,7 @@ class Quotas:
             raise RouterError(503, "the router cannot check this key's quota right now; try again shortly",
                               code="quota_unavailable",
                               headers={"Retry-After": str(self.settings.retry_after)}) from None
-        if refusal is not None:
-            raise refusal_error(refusal, now)
-        return rid if any(g.tokens_per_day is not None for g in limits) else None
+        return rid, refusal, now
 
     def release(self, reservation_id: str | None) -> None:
         """The request is done (its usage, if any, was recorded): settle at the next flush."""

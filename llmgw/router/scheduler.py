@@ -77,9 +77,10 @@ class ModelQueue:
 class Scheduler:
     """Every model's queue, by name; `max_queue` and `starve_after` apply to each."""
 
-    def __init__(self, *, max_queue: int, starve_after: float | None = None) -> None:
+    def __init__(self, *, max_queue: int, starve_after: float | None = None, headroom: int = 0) -> None:
         self.max_queue = max_queue
         self.starve_after = starve_after
+        self.headroom = headroom
         self.models: dict[str, ModelQueue] = {}
         self._seq = 0
 
@@ -99,7 +100,7 @@ class Scheduler:
         self._seq += 1
         ticket.seq = self._seq
         ticket.ahead = q.starts
-        if q.capacity <= 0 or (q.running < q.capacity and q.queued == 0):
+        if q.capacity <= 0 or (q.running < q.capacity and q.queued == 0 and self._may_take(q, ticket.group)):
             self._start(q, ticket, now)
             return [ticket]
         changed: list[Ticket] = []
@@ -133,13 +134,26 @@ class Scheduler:
             t = self.next_ticket(q, now)
             if t is None:  # pragma: no cover - queued > 0 means someone waits
                 break
+            if q.capacity > 0 and not self._may_take(q, t.group):
+                # The headroom is left: only for a group that holds no slot, of the class due next.
+                t = self.next_ticket(q, now, idle_only=True)
+                if t is None:
+                    break
             self._remove(q, t)
             self._start(q, t, now)
             started.append(t)
         return started
 
-    def next_ticket(self, q: ModelQueue, now: float) -> Ticket | None:
-        """The waiter that should get the next free slot (not removed)."""
+    def _may_take(self, q: ModelQueue, group: str) -> bool:
+        """May `group` take a free slot now? Always, but for the last `headroom` free slots
+        of a model, which only a group holding none may take: the next light or new group
+        then finds a slot free instead of waiting out a running request (non-preemptive:
+        that residual is most of what a light group waits under a heavy one)."""
+        return q.capacity - q.running > self.headroom or not q.holding.get(group, 0)
+
+    def next_ticket(self, q: ModelQueue, now: float, *, idle_only: bool = False) -> Ticket | None:
+        """The waiter that should get the next free slot (not removed); `idle_only`: of the
+        groups holding no slot, and only from the class that is due (never a lower one)."""
         classes = [p for p in PRIORITIES if q.waiting[p]]
         if not classes:
             return None
@@ -148,9 +162,14 @@ class Scheduler:
             for p in classes[1:]:  # the starvation bound: a lower class's oldest, if waited long enough
                 oldest = min((d[0] for d in q.waiting[p].values()), key=lambda t: t.seq)
                 if now - oldest.arrived >= self.starve_after:
+                    if idle_only and q.holding.get(oldest.group, 0):
+                        return None
                     return oldest
         by_group = q.waiting[chosen]
-        group = min(by_group, key=lambda g: (q.counters.get(g, 0.0), q.holding.get(g, 0), by_group[g][0].seq))
+        groups = [g for g in by_group if not (idle_only and q.holding.get(g, 0))]
+        if not groups:
+            return None
+        group = min(groups, key=lambda g: (q.counters.get(g, 0.0), q.holding.get(g, 0), by_group[g][0].seq))
         return by_group[group][0]
 
     def _lowest_newest(self, q: ModelQueue) -> Ticket | None:
@@ -205,6 +224,12 @@ class Scheduler:
             del self.models[model]
 
     # -- what metrics and the controller read ------------------------------------------------
+    def oldest(self) -> dict[str, float]:
+        """Per model with waiters, when its longest waiter arrived (each group's first in
+        each class is its oldest: arrival order within a group)."""
+        return {m: min(d[0].arrived for by_group in q.waiting.values() for d in by_group.values())
+                for m, q in self.models.items() if q.queued}
+
     def lengths(self) -> dict[tuple[str, str], int]:
         """Waiting requests by (model, priority)."""
         return {(m, p): sum(len(d) for d in q.waiting[p].values())

@@ -93,6 +93,10 @@ class RouterSettings:
     # bound for text (a token is at least one byte), so a daily limit holds; raise it to
     # reserve less for bodies carrying images or other bulky data.
     prompt_bytes_per_token: float = 1.0
+    # When that bound is what refuses a request, its prompt is counted exactly by the engines'
+    # tokenizers (tokenize.py) and admitted by the count; this long at most for the count
+    # (the byte bound's refusal stands after it). 0: never count, the byte bound alone.
+    tokenize_timeout: float = 5.0
     # A reservation whose router never settled it (killed) stops counting after this many
     # seconds; longer than any request lives.
     reservation_ttl: float = 3600.0
@@ -120,3 +124,8 @@ class RouterSettings:
     # A lower class's oldest waiter goes first once it has waited this many seconds, so a
     # steady interactive load cannot starve batch work for ever; 0: strict priority.
     starve_after: float = 0.0
+    # The last this many free slots of a model (per worker) go only to a group holding none,
+    # so a light group's next request finds a slot instead of waiting out a heavy group's
+    # running one. Costs the busiest group that much of the model while nobody else sends;
+    # 0: every free slot to whoever is next (work-conserving).
+    headroom_slots: int = 0

@@ -192,6 +192,9 @@ class ModelRecord(_Model):
     scaling: ScalingRecord
     routing: Routing = "least-load"
     route: RouteRecord | None = None
+    # Profile name -> its `max_in_flight` (catalog), for the profiles that set one: what
+    # a replica of that profile holds at once before requests wait in the router.
+    max_in_flight: dict[Name, Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=dict)
 
 
 class Shard(_Model):

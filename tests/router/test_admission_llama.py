@@ -83,6 +83,31 @@ def test_a_light_group_gets_the_next_free_slot_while_a_heavy_one_sends_8x(
     assert len(served) >= len(loaded)
 
 
+def test_with_headroom_a_light_groups_request_finds_a_free_slot_while_a_heavy_one_sends_8x(
+        fleet: StateFile, start_router: Callable[..., RunningRouter], sqlite_store: Store) -> None:
+    """`headroom_slots=1` over two one-slot replicas: the heavy group never takes the last free
+    slot while it holds one, so no light request waits for a start; the heavy group is still
+    served (it keeps one replica busy)."""
+    sqlite_store.set_group("light", share=1.0)
+    sqlite_store.set_group("heavy", share=1.0)
+    light_key = sqlite_store.create_key("light-client", group="light")[1]
+    heavy_key = sqlite_store.create_key("heavy-client", group="heavy")[1]
+    rr = start_router(fleet.path, settings=dataclasses.replace(FAST, max_in_flight=1, headroom_slots=1))
+    light_requests(rr.base_url, light_key, 3)
+    alone = light_requests(rr.base_url, light_key, 15)
+    with load(rr.base_url, heavy_key, 8) as heavy:
+        wait_until(lambda: queue_length(rr.admin_url, "heavy") >= 4, 30, "heavy requests waiting in the router")
+        loaded = light_requests(rr.base_url, light_key, 15)
+        window = (loaded[0].start, loaded[-1].end)
+    served = [h for h in heavy if h.status == 200 and window[0] <= h.end <= window[1]]  # finished meanwhile
+    print(f"\nheadroom 1: light TTFT p50 alone {ttft_p50(alone) * 1000:.1f} ms, with the heavy group sending 8x "
+          f"{ttft_p50(loaded) * 1000:.1f} ms (ratio {ttft_p50(loaded) / ttft_p50(alone):.2f}); "
+          f"{len(served)} heavy requests finished in the light group's window")
+    assert all(h.status == 200 for h in heavy)
+    assert [t.passed for t in loaded] == [0] * len(loaded)  # every light request found a free slot
+    assert served, "the heavy group is not starved"
+
+
 def test_batch_traffic_never_delays_interactive_by_more_than_the_request_it_is_serving(
         engines: Callable[..., Engine], state: StateFile, start_router: Callable[..., RunningRouter],
         sqlite_store: Store) -> None:

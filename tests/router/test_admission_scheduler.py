@@ -242,3 +242,31 @@ def test_more_capacity_starts_waiters_on_a_pump() -> None:
         sched.arrive("m", t, 1, 0.0)
     assert sched.pump("m", 3, 1.0) == waiting[:2]
     assert sched.lengths()[("m", "interactive")] == 1
+
+
+def test_headroom_keeps_the_last_free_slot_for_a_group_holding_none() -> None:
+    """`headroom=1`: a heavy group fills all but one slot; a light group's request then starts
+    at once, without waiting out a running request; nothing is stuck when only one group sends."""
+    s = Service(Scheduler(max_queue=100, headroom=1), capacity=3)
+    heavy = [s.arrive(ticket("heavy")) for _ in range(6)]
+    # The first two take free slots; the third would take the last one: it waits.
+    assert [t.state for t in heavy] == ["running", "running", "waiting", "waiting", "waiting", "waiting"]
+    light = s.arrive(ticket("light"))
+    assert light.state == "running" and light.ahead == 0  # the free slot was there: no wait
+    s.finish_one()  # heavy[0] ends: one slot free, the heavy group holds one: it stays free
+    assert heavy[2].state == "waiting"
+    s.finish_one()  # heavy[1] ends: the heavy group holds none, two free: it takes one, not two
+    assert [t.state for t in heavy[2:4]] == ["running", "waiting"]
+    while s.running:
+        s.finish_one()
+    assert all(t.state == "done" for t in heavy)  # only the heavy group left: served to the end
+    assert s.started.index(light) == 2
+
+
+def test_headroom_never_goes_to_a_lower_class_while_a_higher_one_waits() -> None:
+    s = Service(Scheduler(max_queue=100, headroom=1), capacity=2)
+    first = s.arrive(ticket("product"))
+    waiting = s.arrive(ticket("product"))  # the last slot: product holds one, so it waits
+    assert (first.state, waiting.state) == ("running", "waiting")
+    bulk = s.arrive(ticket("nightly", "batch"))
+    assert bulk.state == "waiting"  # holds none, but an interactive request waits ahead of its class
