@@ -20,6 +20,7 @@ from llmgw.state.backend import (
 from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
 from llmgw.state.model import (
     STATE_VERSION,
+    AdapterRecord,
     ModelRecord,
     Replica,
     ReplicaState,
@@ -38,6 +39,7 @@ from llmgw.state.select import backend_for, is_state_url, open_backend
 
 __all__ = [
     "STATE_VERSION",
+    "AdapterRecord",
     "LocalBackend",
     "LockHeld",
     "LockInfo",

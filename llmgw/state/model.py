@@ -182,6 +182,16 @@ class RouteRecord(_Model):
         return self
 
 
+class AdapterRecord(_Model):
+    """A LoRA adapter of a model (catalog/schema.py's Adapter), as a router serves it: its names,
+    and the scale llama.cpp applies it at per request (docs/adapters.md), in percent: plans are
+    written without floats (as RouteGuardRecord)."""
+
+    name: Name
+    aliases: list[Name] = Field(default_factory=list)
+    scale_percent: Annotated[int, Field(ge=1, le=10_000)] = 100
+
+
 class ModelRecord(_Model):
     """What a router needs of a catalog model (or of a weighted route: `route` set, no replicas)."""
 
@@ -191,6 +201,7 @@ class ModelRecord(_Model):
     scaling: ScalingRecord
     routing: Routing = "least-load"
     route: RouteRecord | None = None
+    adapters: list[AdapterRecord] = Field(default_factory=list)
 
 
 class Shard(_Model):
@@ -219,6 +230,9 @@ class Replica(_Model):
     # The weights source as fetched; a whole Hugging Face repository pinned to the commit
     # it was planned with (hf://org/repo@COMMIT), so the weights a replica serves are on record.
     source: Source | None = None
+    # The LoRA adapters its engine loaded at start, in the order it numbers them (llama.cpp's
+    # ids): the router sends an adapter's requests only to replicas that list it.
+    adapters: list[Name] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _formed_by_llmgw(self) -> Replica:
