@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from llmgw.catalog import Catalog, Located, Model
+from llmgw.catalog.schema import adapter_profiles
 from llmgw.errors import CatalogError, Problem
 from llmgw.site import Site
 from llmgw.weights.hub import HUB, is_repo_source
@@ -88,7 +89,11 @@ class Servability:
 
 
 def llamacpp_sources(catalog: Catalog) -> list[str]:
-    return sorted({m.source for m in catalog if any(p.engine == "llamacpp" for p in m.profiles)})
+    """GGUF sources llama.cpp loads: models with a llama.cpp profile, and their adapters that load there."""
+    out = {m.source for m in catalog if any(p.engine == "llamacpp" for p in m.profiles)}
+    out |= {a.source for m in catalog for i, a in enumerate(m.adapters)
+            if any(p.engine == "llamacpp" for p in adapter_profiles(m, i))}
+    return sorted(out)
 
 
 def repo_specs(catalog: Catalog) -> list[str]:
@@ -158,6 +163,40 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
                                 for reason in source_problems(info, caps))
     if not_inspected:
         out.notes.append(f"{_some(not_inspected)}: source not inspected yet; run `llmgw catalog validate` (online)")
+    out.problems.extend(adapter_problems(catalog, out.sources))
+    return out
+
+
+def adapter_problems(catalog: Catalog, sources: dict[str, SourceInfo]) -> list[Problem]:
+    """LoRA adapters llama.cpp would refuse, from their recorded GGUF headers: a file that is
+    not an adapter (`general.type`), or one made for another architecture than its base's.
+    An adapter or base not inspected (or not GGUF) is left to the engine."""
+    out: list[Problem] = []
+    for model in catalog:
+        if not model.adapters:
+            continue
+        where = catalog.where(model.name)
+        base = sources.get(model.source)
+        for i, adapter in enumerate(model.adapters):
+            if not any(p.engine == "llamacpp" for p in adapter_profiles(model, i)):
+                continue
+            info = sources.get(adapter.source)
+            if info is None or info.error:
+                continue
+            at = f"models[{where.index}].adapters[{i}].source"
+            line = where.line_at(f"adapters[{i}].source")
+            if info.format != "gguf":
+                out.append(Problem(where.file, line, at, f"{adapter.source} is not a GGUF file; llama.cpp loads "
+                                   "LoRA adapters in GGUF (convert it with llama.cpp's convert_lora_to_gguf.py)"))
+            elif info.gguf_type != "adapter":
+                out.append(Problem(where.file, line, at, f"{adapter.source} is a GGUF of type "
+                                   f"{info.gguf_type or 'unknown'!r}, not an adapter (general.type=adapter); "
+                                   "name a LoRA adapter file, or serve this one as a model"))
+            elif base is not None and base.format == "gguf" and base.architecture and \
+                    info.architecture != base.architecture:
+                out.append(Problem(where.file, line, at, f"{adapter.source} is an adapter for "
+                                   f"{info.architecture or 'an unknown architecture'}, but {model.name} is "
+                                   f"{base.architecture}; name an adapter trained for this base"))
     return out
 
 

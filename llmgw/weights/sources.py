@@ -37,6 +37,8 @@ class SourceInfo(BaseModel):
     format: Literal["gguf", "other"] | None = None
     gguf_version: int | None = None
     architecture: str | None = None
+    # GGUF `general.type`: "model", or "adapter" for a LoRA (None: the file does not say, or not GGUF).
+    gguf_type: str | None = None
     tensor_types: dict[int, list[str]] | None = None  # ggml type id -> a few tensor names of that type
     # Whole repositories: the commit the revision named, the files selected, and what hosts fetch.
     commit: str | None = None
@@ -130,11 +132,17 @@ def inspect_source(source: str, client: httpx.Client, endpoint: str = HUB, token
         header = read_header(fetch, source)
         return SourceInfo(source=source, cache_name=name, size_bytes=size, format="gguf",
                           gguf_version=header.version, architecture=header.architecture,
+                          gguf_type=_general_type(header.metadata),
                           tensor_types=tensor_types(header), inspected_at=now)
     except WeightsError as exc:
         return SourceInfo(source=source, cache_name=name, inspected_at=now, error=exc.message)
     except (httpx.HTTPError, OSError) as exc:
         return SourceInfo(source=source, cache_name=name, inspected_at=now, error=f"{source}: {exc}")
+
+
+def _general_type(metadata: dict[str, object]) -> str | None:
+    kind = metadata.get("general.type")
+    return kind if isinstance(kind, str) else None
 
 
 def _dir(facts_dir: Path) -> Path:
