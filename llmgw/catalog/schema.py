@@ -1,4 +1,8 @@
-"""The catalog's shape: models, their scaling and their placement profiles.
+"""The catalog's shape: models, their scaling, their placement profiles, their LoRA
+adapters, and weighted routes.
+
+Why long: the whole schema of a catalog entry in one module (each class small), so a
+reader sees every key a catalog may hold, and the validators that span them, in one place.
 
 Unknown keys are refused everywhere: a typo (`min_memroy_gb`) must fail loudly
 rather than silently mean "no requirement".
