@@ -43,7 +43,7 @@ def engine_ask(target: ModelEntry, replica: ReplicaRuntime) -> EngineAsk:
     record = replica.record
     if record.engine not in _BY_ID:
         return EngineAsk(target.name)  # an adapter's own served name, or the model's
-    loaded = record.adapters
+    loaded = record.adapter_names
     if target.adapter is None:  # the base itself: every loaded adapter off
         return EngineAsk(target.name, tuple((i, 0.0) for i in range(len(loaded))))
     wanted = loaded.index(target.name)  # the table gives an adapter only replicas that list it

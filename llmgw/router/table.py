@@ -263,7 +263,7 @@ class RoutingTable:
                     continue
                 record = ModelRecord(name=a.name, aliases=a.aliases, scaling=m.record.scaling,
                                      routing=m.record.routing)
-                entry = ModelEntry(record, [r for r in m.replicas if a.name in r.record.adapters],
+                entry = ModelEntry(record, [r for r in m.replicas if a.name in r.record.adapter_names],
                                    adapter=a, base=m.name)
                 out[a.name] = entry
                 for alias in a.aliases:

@@ -21,6 +21,7 @@ from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
 from llmgw.state.model import (
     STATE_VERSION,
     AdapterRecord,
+    LoadedAdapter,
     ModelRecord,
     Replica,
     ReplicaState,
@@ -40,6 +41,7 @@ from llmgw.state.select import backend_for, is_state_url, open_backend
 __all__ = [
     "STATE_VERSION",
     "AdapterRecord",
+    "LoadedAdapter",
     "LocalBackend",
     "LockHeld",
     "LockInfo",

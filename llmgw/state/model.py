@@ -212,6 +212,14 @@ class Shard(_Model):
     unit: UnitName  # systemd unit name on `node`
 
 
+class LoadedAdapter(_Model):
+    """A LoRA adapter a replica's engine loaded: its name, and the weights cache entry it was
+    loaded from (kept by weights GC while the replica runs, as the replica's own weights)."""
+
+    name: Name
+    cache_name: CacheFile | None = None
+
+
 class Replica(_Model):
     id: ReplicaId
     model: Name
@@ -232,7 +240,11 @@ class Replica(_Model):
     source: Source | None = None
     # The LoRA adapters its engine loaded at start, in the order it numbers them (llama.cpp's
     # ids): the router sends an adapter's requests only to replicas that list it.
-    adapters: list[Name] = Field(default_factory=list)
+    adapters: list[LoadedAdapter] = Field(default_factory=list)
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return [a.name for a in self.adapters]
 
     @model_validator(mode="after")
     def _formed_by_llmgw(self) -> Replica:

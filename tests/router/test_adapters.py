@@ -9,13 +9,13 @@ import json
 from llmgw.router.adapters import engine_ask
 from llmgw.router.proxy import upstream_body
 from llmgw.router.table import RoutingTable
-from llmgw.state import AdapterRecord, Replica, Shard, State
+from llmgw.state import AdapterRecord, LoadedAdapter, Replica, Shard, State
 from tests.support.router import model
 
 
 def _replica(rid: str, engine: str, adapters: list[str], port: int) -> Replica:
     return Replica(id=rid, model="tiny", profile="p", engine=engine, state="ready",  # type: ignore[arg-type]
-                   endpoint=f"http://127.0.0.1:{port}", adapters=adapters,
+                   endpoint=f"http://127.0.0.1:{port}", adapters=[LoadedAdapter(name=a) for a in adapters],
                    shards=[Shard(node="localhost", rank=0, port=port, unit=f"llmgw-{rid}-0.service")])
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.state import AdapterRecord
+from llmgw.state import AdapterRecord, LoadedAdapter
 from llmgw.store import Store
 from tests.support.router import HTTP, Engine, RunningRouter, StateFile, model, replica
 
@@ -35,7 +35,8 @@ def test_each_adapter_answers_as_itself_on_the_replica_that_has_it(
     plain = engines("tiny")
     base = model("tiny").model_copy(update={"adapters": [AdapterRecord(name="tiny-sql", aliases=["sql"]),
                                                          AdapterRecord(name="tiny-poet")]})
-    r_lora = replica("tiny-lora", "tiny", with_lora.endpoint).model_copy(update={"adapters": ["tiny-sql", "tiny-poet"]})
+    r_lora = replica("tiny-lora", "tiny", with_lora.endpoint).model_copy(update={"adapters": [
+        LoadedAdapter(name="tiny-sql"), LoadedAdapter(name="tiny-poet")]})
     state.write([base], [r_lora, replica("tiny-plain", "tiny", plain.endpoint)])
     # What each should answer, asked of the engines directly: the plain one is the base.
     expected = {"tiny": plain.client().chat.completions.create(model="tiny", **ASK).choices[0].message.content}
