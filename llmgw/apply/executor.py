@@ -33,6 +33,7 @@ from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
 from llmgw.planner import Action, Plan, PlannedReplica
+from llmgw.planner.schema import loaded_adapters
 from llmgw.state import LocalBackend, ModelRecord, Replica, ReplicaState, Shard, State, StateBackend, WriteMeta
 
 Say = Callable[[str], None]
@@ -167,7 +168,10 @@ class Applier:
                 "trust_remote_code": bool(r.trust_remote_code), "rank": s.rank,
                 "nodes": len(r.shards), "leader": leader.address,
                 "peers": [f"{x.address}:{x.port}" for x in sorted(r.shards, key=lambda x: x.rank)],
-                "fabric": r.fabric or "", "ib_hcas": self._hcas(s.node, r.fabric) if len(r.shards) > 1 else []}
+                "fabric": r.fabric or "", "ib_hcas": self._hcas(s.node, r.fabric) if len(r.shards) > 1 else [],
+                # LoRA adapters from the same cache as the base (docs/adapters.md); rank 0 serves them.
+                "adapters": [{"name": a.name, "path": f"{cache_dir.rstrip('/')}/{a.cache_name}"}
+                             for a in r.adapters or []] if s.rank == 0 else []}
 
     def _hcas(self, node: str, fabric: str | None) -> list[str]:
         if fabric is None or self.fabric_hcas is None:
@@ -189,10 +193,15 @@ class Applier:
                     entry["present_at"] = s.present_at
                 if entry not in weights.setdefault(s.node, []):
                     weights[s.node].append(entry)
+                # Its LoRA adapters, fetched beside the base by the same role (cache, GC, progress, single-flight).
+                for a in (r.adapters or []) if s.rank == 0 else []:
+                    extra = {"source": a.source, "name": a.cache_name}
+                    if extra not in weights[s.node]:
+                        weights[s.node].append(extra)
         now = datetime.now(UTC)
         records = [Replica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, state="starting",
                            endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now, cache_name=r.cache_name,
-                           source=r.source,
+                           source=r.source, adapters=loaded_adapters(r),
                            shards=[Shard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit)
                                    for s in r.shards]) for r in replicas]
         known = {r.id for r in self.state.replicas}
