@@ -27,5 +27,21 @@ def command(shard: Shard, layout: Layout) -> list[str]:
     return get(shard.engine).command(shard, layout)
 
 
-__all__ = ["INIT_PORT_OFFSET", "Engine", "Layout", "Peer", "Shard", "command", "descriptor", "find", "get", "names",
-           "python_engines", "python_requirement", "register", "ShardAdapter", "unregister", "versions"]
+__all__ = [
+    "INIT_PORT_OFFSET",
+    "Engine",
+    "Layout",
+    "Peer",
+    "Shard",
+    "ShardAdapter",
+    "command",
+    "descriptor",
+    "find",
+    "get",
+    "names",
+    "python_engines",
+    "python_requirement",
+    "register",
+    "unregister",
+    "versions",
+]
