@@ -4,6 +4,7 @@ loads, applied replicas record them, and a change to them replaces the replicas.
 from __future__ import annotations
 
 from llmgw.planner import make_plan
+from llmgw.planner.render import render_plan
 from llmgw.planner.spec import spec_hash
 from llmgw.state import LoadedAdapter, State
 from llmgw.weights.names import cache_name
@@ -45,6 +46,7 @@ def test_adding_an_adapter_replaces_the_replicas_and_a_model_without_keeps_its_h
     plan = make_plan(inputs([with_adapters], HOSTS, FACTS, state=state))
     assert [(a.action, a.replica, a.replaces, a.code) for a in plan.actions if a.replica] == [
         ("replace", "tiny-2", "tiny-1", "definition_changed")]
+    assert '      adapters = "" -> "tiny-sql, tiny-poet"' in render_plan(plan, state).splitlines()
     assert spec_hash(bare, bare.profiles[0]) != spec_hash(with_adapters, with_adapters.profiles[0])
     # A scale is the router's alone: the engine loads the same files, nothing is replaced.
     rescaled = model("tiny", cpu_profile(), adapters=[{**ADAPTERS[0]}, {**ADAPTERS[1], "scale": 0.8}])
