@@ -3,6 +3,7 @@ is not an adapter, or one for another architecture than its base's, is refused a
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -70,3 +71,76 @@ def test_an_adapter_for_another_architecture_is_refused(site: MakeSite, files: d
     code, out = validate(site({"catalog/a.yaml": _catalog(files["base"], files["qwen"])}))
     assert code == 1
     assert "catalog/a.yaml:7" in out and "is an adapter for qwen2, but tiny is llama" in out
+
+
+def _peft(folder: Path, base: str, r: int) -> Path:
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base, "r": r,
+                                                            "peft_type": "LORA"}))
+    (folder / "adapter_model.safetensors").write_bytes(b"\0" * 16)
+    return folder
+
+
+def _hf_catalog(base: Path, adapter: Path) -> str:
+    return f"""
+    models:
+      - name: tiny
+        source: file://{base}
+        profiles: [{{name: gpu, engine: vllm, gpus: 1}}]
+        adapters:
+          - name: tiny-lora
+            source: file://{adapter}
+    """
+
+
+def test_a_peft_adapter_for_the_base_is_accepted(site: MakeSite, tmp_path: Path) -> None:
+    base = tmp_path / "tiny-llama"
+    base.mkdir()
+    adapter = _peft(tmp_path / "tiny-lora", "llmgw/tiny-llama", 8)
+    code, out = validate(site({"catalog/a.yaml": _hf_catalog(base, adapter)}))
+    assert code == 0, out
+
+
+def test_a_peft_adapter_for_another_base_or_too_large_a_rank_is_refused(site: MakeSite, tmp_path: Path) -> None:
+    base = tmp_path / "tiny-llama"
+    base.mkdir()
+    adapter = _peft(tmp_path / "qwen-lora", "Qwen/Qwen2.5-7B", 1024)
+    code, out = validate(site({"catalog/a.yaml": _hf_catalog(base, adapter)}))
+    assert code == 1
+    assert "catalog/a.yaml:7" in out
+    assert "its adapter_config.json says it was trained on 'Qwen/Qwen2.5-7B', but tiny's source is" in out
+    assert "rank 1024 (adapter_config.json `r`) is larger than vLLM serves (512)" in out
+
+
+def test_whole_repository_adapters_are_pinned_like_models(site: MakeSite) -> None:
+    """A whole Hugging Face repository adapter is fetched at the commit `catalog validate`
+    resolved (the weights module fetches nothing unpinned); until then its model is not placed."""
+    from datetime import UTC, datetime
+
+    from llmgw.catalog import load_catalog
+    from llmgw.site import Site
+    from llmgw.weights.check import pin_catalog
+    from llmgw.weights.names import cache_name
+    from llmgw.weights.sources import SourceInfo, write_source
+
+    text = """
+    models:
+      - name: tiny
+        source: hf://llmgw/tiny-llama/tiny.gguf
+        profiles: [{name: gpu, engine: vllm, gpus: 1}]
+        adapters:
+          - {name: tiny-lora, source: "hf://llmgw/tiny-lora"}
+    """
+    root = site({"catalog/a.yaml": text})
+    s = Site.load(root)
+    cat = load_catalog(s.catalog_dir, root=root)
+    _, unpinned = pin_catalog(cat, s)
+    assert unpinned == {"hf://llmgw/tiny-llama/tiny.gguf": [
+        "adapter tiny-lora: hf://llmgw/tiny-lora is not pinned to a commit (not resolved yet); run `llmgw catalog "
+        "validate` where the site's Hugging Face endpoint is reachable"]}
+    spec = "hf://llmgw/tiny-lora@main"
+    pinned = f"hf://llmgw/tiny-lora@{'a' * 40}"
+    write_source(s.facts_dir, SourceInfo(source=spec, cache_name=cache_name(spec), pinned=pinned,
+                                         inspected_at=datetime.now(UTC)))
+    out, unpinned = pin_catalog(cat, s)
+    assert unpinned == {} and [a.source for a in out.models["tiny"].adapters] == [pinned]
