@@ -170,7 +170,8 @@ class Applier:
                 "peers": [f"{x.address}:{x.port}" for x in sorted(r.shards, key=lambda x: x.rank)],
                 "fabric": r.fabric or "", "ib_hcas": self._hcas(s.node, r.fabric) if len(r.shards) > 1 else [],
                 # LoRA adapters from the same cache as the base (docs/adapters.md); rank 0 serves them.
-                "adapters": [{"name": a.name, "path": f"{cache_dir.rstrip('/')}/{a.cache_name}"}
+                "adapters": [{"name": a.name, "path": f"{cache_dir.rstrip('/')}/{a.cache_name}",
+                              **({"rank": a.rank} if a.rank is not None else {})}
                              for a in r.adapters or []] if s.rank == 0 else []}
 
     def _hcas(self, node: str, fabric: str | None) -> list[str]:

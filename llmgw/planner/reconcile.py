@@ -343,7 +343,8 @@ class _Planner:
             endpoint=endpoint_url(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
             fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
             args=list(profile.args), env=dict(profile.env), trust_remote_code=profile.trust_remote_code or None,
-            adapters=[schema.PlannedAdapter(name=a.name, source=a.source, cache_name=cache_name(a.source))
+            adapters=[schema.PlannedAdapter(name=a.name, source=a.source, cache_name=cache_name(a.source),
+                                            rank=self.inputs.adapter_ranks.get(a.source))
                       for a in profile_adapters(model, profile.name)] or None)
 
     def _place(self, model: Model, rid_for: str) -> tuple[schema.PlannedReplica | None, list[schema.Rejection]]:

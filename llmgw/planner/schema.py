@@ -138,6 +138,9 @@ class PlannedAdapter(_Model):
     name: Name
     source: SourceUrl
     cache_name: CacheName
+    # Its LoRA rank where `catalog validate` read it (adapter_config.json `r`); None: not known,
+    # the engine's default applies. vLLM's --max-lora-rank is derived from it (llmgw.engines.vllm).
+    rank: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _entry(self) -> PlannedAdapter:

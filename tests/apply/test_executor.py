@@ -185,9 +185,15 @@ def test_adapters_are_fetched_beside_the_base_and_handed_to_the_engine(site: Sit
     """LoRA adapters take the base's weights path: one weights entry each on the replica's
     node (the same role: cache, progress, single-flight), the engine's entry names their
     cache paths in catalog order, and the state records what the engine loaded."""
+    from datetime import UTC, datetime
+
     from llmgw.weights.names import cache_name
+    from llmgw.weights.sources import SourceInfo, write_source
 
     sql = "hf://Qwen/qwen-sql-lora/qwen-sql-lora.gguf"
+    # Its rank as `catalog validate` recorded it: the engine's entry carries it (vLLM sizes slots by it).
+    write_source(site.facts_dir, SourceInfo(source=sql, cache_name=cache_name(sql), adapter_rank=12,
+                                            inspected_at=datetime.now(UTC)))
     chat = site.catalog_dir / "chat.yaml"
     chat.write_text(chat.read_text().replace("    scaling: {min: 0, max: 2, idle_timeout: 15m}\n", (
         "    scaling: {min: 1, max: 2, idle_timeout: 15m}\n"
@@ -208,7 +214,7 @@ def test_adapters_are_fetched_beside_the_base_and_handed_to_the_engine(site: Sit
     assert {"source": sql, "name": cache_name(sql)} in seen["weights"][node]
     entry = next(e for e in seen["shards"][node] if e["replica"] == r.id)
     assert entry["adapters"] == [{"name": "qwen-sql", "path": entry["model_path"].rsplit("/", 1)[0] + "/"
-                                  + cache_name(sql)}]
+                                  + cache_name(sql), "rank": 12}]
     record = next(x for x in read_state(site.state_file).replicas if x.id == r.id)
     assert [(a.name, a.cache_name) for a in record.adapters] == [("qwen-sql", cache_name(sql))]
     others = [e for es in seen["shards"].values() for e in es if e["replica"] != r.id]

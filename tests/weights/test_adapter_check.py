@@ -144,3 +144,44 @@ def test_whole_repository_adapters_are_pinned_like_models(site: MakeSite) -> Non
                                          inspected_at=datetime.now(UTC)))
     out, unpinned = pin_catalog(cat, s)
     assert unpinned == {} and [a.source for a in out.models["tiny"].adapters] == [pinned]
+
+
+def test_validate_reads_each_rank_and_a_vllm_replica_sizes_its_slots_by_the_largest(
+        site: MakeSite, tmp_path: Path) -> None:
+    """`r` from each PEFT adapter's adapter_config.json, as `catalog validate` recorded it, reaches
+    the plan; vLLM's --max-lora-rank is the largest, rounded up to a rank vLLM serves (12, 40 -> 64).
+    tests/engines/test_parsers.py puts such lines through vLLM's own parser."""
+    import dataclasses
+
+    from llmgw.catalog import load_catalog
+    from llmgw.engines import ShardAdapter, command
+    from llmgw.planner import make_plan
+    from llmgw.planner.load import adapter_ranks
+    from llmgw.site import Site
+    from tests.engines.shapes import LAYOUT, shards
+    from tests.support.plan_inputs import facts, host, inputs
+
+    base = tmp_path / "tiny-llama"
+    base.mkdir()
+    small, large = _peft(tmp_path / "small", "llmgw/tiny-llama", 12), _peft(tmp_path / "large", "llmgw/tiny-llama", 40)
+    text = _hf_catalog(base, small).rstrip(" ") + f"""\
+          - name: tiny-large
+            source: file://{large}
+    """
+    root = site({"catalog/a.yaml": text})
+    code, out = validate(root)
+    assert code == 0, out
+    s = Site.load(root)
+    assert adapter_ranks(s.facts_dir) == {f"file://{small}": 12, f"file://{large}": 40}
+    node = host("g", model_dirs=[str(tmp_path)])  # the file:// sources are under the node's model dirs
+    plan_in = dataclasses.replace(inputs(load_catalog(s.catalog_dir, root=root), [node], [facts("g", 1)]),
+                                  adapter_ranks=adapter_ranks(s.facts_dir))
+    r = make_plan(plan_in).desired.replicas[0]
+    assert [(a.name, a.rank) for a in r.adapters or []] == [("tiny-lora", 12), ("tiny-large", 40)]
+    shard = dataclasses.replace(shards("vllm")["one-gpu"], adapters=tuple(
+        ShardAdapter(a.name, f"/var/cache/llmgw/{a.cache_name}", a.rank) for a in r.adapters or []))
+    words = command(shard, LAYOUT)
+    assert words[words.index("--max-lora-rank") + 1] == "64"
+    # Not known (not validated yet): no --max-lora-rank, vLLM's default applies.
+    unknown = make_plan(dataclasses.replace(plan_in, adapter_ranks={})).desired.replicas[0]
+    assert [a.rank for a in unknown.adapters or []] == [None, None]
