@@ -34,6 +34,7 @@ from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
 from llmgw.planner import Action, Plan, PlannedReplica, PlannedShard
+from llmgw.planner.schema import loaded_adapters
 from llmgw.state import LocalBackend, ModelRecord, Replica, ReplicaState, Shard, State, StateBackend, WriteMeta
 
 Say = Callable[[str], None]
@@ -173,7 +174,11 @@ class Applier:
                 # Where the plan put its GPUs (llmgw.planner.topology): UUIDs for CUDA_VISIBLE_DEVICES,
                 # and the NUMA node to bind CPUs and memory to (None: no binding).
                 "gpu_uuids": list(s.topology.gpu_uuids) if s.topology else [],
-                "numa_node": s.topology.numa_node if s.topology and s.topology.numa_bind else None}
+                "numa_node": s.topology.numa_node if s.topology and s.topology.numa_bind else None,
+                # LoRA adapters from the same cache as the base (docs/adapters.md); rank 0 serves them.
+                "adapters": [{"name": a.name, "path": f"{cache_dir.rstrip('/')}/{a.cache_name}",
+                              **({"rank": a.rank} if a.rank is not None else {})}
+                             for a in r.adapters or []] if s.rank == 0 else []}
 
     def _shard_hcas(self, r: PlannedReplica, s: PlannedShard) -> list[str]:
         """NCCL_IB_HCA: the adapters the plan chose nearest the shard's GPUs, else the node's on the fabric."""
@@ -203,10 +208,15 @@ class Applier:
                     entry["present_at"] = s.present_at
                 if entry not in weights.setdefault(s.node, []):
                     weights[s.node].append(entry)
+                # Its LoRA adapters, fetched beside the base by the same role (cache, GC, progress, single-flight).
+                for a in (r.adapters or []) if s.rank == 0 else []:
+                    extra = {"source": a.source, "name": a.cache_name}
+                    if extra not in weights[s.node]:
+                        weights[s.node].append(extra)
         now = datetime.now(UTC)
         records = [Replica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, state="starting",
                            endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now, cache_name=r.cache_name,
-                           source=r.source,
+                           source=r.source, adapters=loaded_adapters(r),
                            shards=[Shard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit)
                                    for s in r.shards]) for r in replicas]
         known = {r.id for r in self.state.replicas}

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from llmgw import collector
 from llmgw.catalog.routes import LocatedRoute, route_problems
-from llmgw.catalog.schema import Model, Route
+from llmgw.catalog.schema import Adapter, Model, Route
 from llmgw.errors import CatalogError, Problem
 from llmgw.yamlio import MAX_FILE_BYTES, FileError, YamlSyntaxError, decode_text, line_of, loads_yaml
 
@@ -75,6 +75,14 @@ class Catalog:
     def where(self, name: str) -> Located:
         """Where the model of that name was written; KeyError for a name not here."""
         return self._where[name]
+
+    def resolve_adapter(self, name: str) -> tuple[Model, Adapter] | None:
+        """A LoRA adapter by its name or one of its aliases, with its base model."""
+        for m in self.models.values():
+            for a in m.adapters:
+                if name == a.name or name in a.aliases:
+                    return m, a
+        return None
 
     def resolve_route(self, name: str) -> Route | None:
         """A weighted route by its name or one of its aliases."""
@@ -174,6 +182,13 @@ def parse_entries(path: Path, rel: str,
         for field_name, values in (("aliases", model.aliases), ("fallbacks", model.fallbacks)):
             for j in range(len(values)):
                 lines[f"{field_name}[{j}]"] = line_of(doc, ["models", i, field_name, j])
+        for j, adapter in enumerate(model.adapters):
+            at: list[str | int] = ["models", i, "adapters", j]
+            lines[f"adapters[{j}]"] = line_of(doc, at)
+            lines[f"adapters[{j}].name"] = line_of(doc, [*at, "name"])
+            lines[f"adapters[{j}].source"] = line_of(doc, [*at, "source"])
+            for k in range(len(adapter.aliases)):
+                lines[f"adapters[{j}].aliases[{k}]"] = line_of(doc, [*at, "aliases", k])
         located.append(Located(model, rel, line_of(doc, ["models", i]), i, lines))
     return located, routes, problems
 
@@ -209,24 +224,36 @@ def cross_check(entries: list[Located], routes: Iterable[LocatedRoute] = ()) -> 
     every: list[Located | LocatedRoute] = [*entries, *routes]
     for e in every:
         own, aliases = (e.model.name, e.model.aliases) if isinstance(e, Located) else (e.route.name, e.route.aliases)
-        for key, name in [("name", own)] + [(f"aliases[{j}]", a) for j, a in enumerate(aliases)]:
+        named = [("name", own)] + [(f"aliases[{j}]", a) for j, a in enumerate(aliases)]
+        if isinstance(e, Located):  # an adapter is served under its own names: one namespace with models
+            for j, ad in enumerate(e.model.adapters):
+                named += [(f"adapters[{j}].name", ad.name)]
+                named += [(f"adapters[{j}].aliases[{k}]", a) for k, a in enumerate(ad.aliases)]
+        for key, name in named:
             if name in owner:
                 first, first_key = owner[name]
-                what = (f"model {first.model.name!r}" if isinstance(first, Located)
-                        else f"route {first.route.name!r}")
+                what = (f"route {first.route.name!r}" if isinstance(first, LocatedRoute)
+                        else f"adapter {name!r} of model {first.model.name!r}" if first_key.startswith("adapters")
+                        else f"model {first.model.name!r}")
                 problems.append(Problem(
                     e.file, e.line_at(key), f"models[{e.index}].{key}",
                     f"{name!r} is already used by {what} at {first.file}:{first.line_at(first_key)}; names and "
                     "aliases must be unique across the catalog"))
             else:
                 owner[name] = (e, key)
-    canonical = {n: o.model.name for n, (o, _) in owner.items() if isinstance(o, Located)}
+    canonical = {n: o.model.name for n, (o, k) in owner.items() if isinstance(o, Located)
+                 and not k.startswith("adapters")}
+    adapters = {n for n, (o, k) in owner.items() if k.startswith("adapters")}
     routed = {n: o.route.name for n, (o, _) in owner.items() if isinstance(o, LocatedRoute)}
     problems.extend(route_problems(routes, canonical, routed))
     for e in entries:
         for j, fb in enumerate(e.model.fallbacks):
             target = canonical.get(fb)
-            if fb in routed:
+            if fb in adapters:
+                problems.append(Problem(
+                    e.file, e.line_at(f"fallbacks[{j}]"), f"models[{e.index}].fallbacks[{j}]",
+                    f"{fb!r} is a LoRA adapter, not a model; fall back to a model instead"))
+            elif fb in routed:
                 problems.append(Problem(
                     e.file, e.line_at(f"fallbacks[{j}]"), f"models[{e.index}].fallbacks[{j}]",
                     f"{fb!r} is a weighted route, not a model; fall back to one of its models instead"))

@@ -1,4 +1,8 @@
-"""The catalog's shape: models, their scaling and their placement profiles.
+"""The catalog's shape: models, their scaling, their placement profiles, their LoRA
+adapters, and weighted routes.
+
+Why long: the whole schema of a catalog entry in one module (each class small), so a
+reader sees every key a catalog may hold, and the validators that span them, in one place.
 
 Unknown keys are refused everywhere: a typo (`min_memroy_gb`) must fail loudly
 rather than silently mean "no requirement".
@@ -124,6 +128,34 @@ def format_duration(seconds: int) -> str:
     return out or "0s"
 
 
+def check_source(v: str) -> str:
+    """A weights source llmgw can fetch: hf://, https:// or file:///absolute (models and adapters)."""
+    if not _SCHEME.match(v) or _SPACE.search(v):
+        raise ValueError(
+            f"{v!r} is not a source llmgw can fetch; use hf://org/repo/file, "
+            "https://host/path or file:///absolute/path (no spaces)")
+    if v.startswith("hf://") and v.isascii():
+        # Most sources: urlsplit finds nothing to refuse in an ASCII hf:// location without
+        # a port or an IPv6 bracket (a tenth of a 10,000-model catalog's schema time).
+        org = v[5:].partition("/")[0]
+        if not any(c in org for c in ":[]?#"):
+            return v
+    try:
+        parts = urlsplit(v)
+        port = parts.port  # parsing the port is what finds a bad one
+    except ValueError as exc:
+        raise ValueError(f"{v!r} is not a valid URL ({exc}); check the host and port") from None
+    if parts.scheme in ("http", "https") and not parts.hostname:
+        raise ValueError(f"{v!r} names no host; write https://host/path")
+    if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
+        raise ValueError(f"{v!r}: a file source is file:///absolute/path (three slashes, no host)")
+    if parts.scheme == "file" and {".", ".."} & set(unquote(parts.path).split("/")):
+        raise ValueError(f"{v!r}: a file source names its file directly; remove the '.' and '..' parts")
+    if port == 0:
+        raise ValueError(f"{v!r}: port 0 is not a port")
+    return v
+
+
 class Scaling(BaseModel):
     """How many replicas; min 0 means on demand (started by the first request)."""
 
@@ -208,6 +240,28 @@ class Profile(BaseModel):
         return self
 
 
+class Adapter(BaseModel):
+    """A LoRA adapter of a model (docs/adapters.md): served under its own name by the replicas
+    of its base whose profiles load it; its weights are fetched beside the base's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: Name
+    aliases: list[Name] = Field(default_factory=list)
+    source: Annotated[Text, Field(min_length=1)]
+    # The base's profiles whose replicas load this adapter; empty: every profile.
+    profiles: list[Name] = Field(default_factory=list)
+    # How strongly the adapter applies (llama.cpp's per-request scale; 1 is as trained).
+    scale: Annotated[Number, Field(gt=0, le=100, allow_inf_nan=False)] = 1.0
+
+    @field_validator("source")
+    @classmethod
+    def _known_scheme(cls, v: str) -> str:
+        return check_source(v)
+
+
+MAX_ADAPTERS = 256  # per model: more than any engine loads at once at start
+
+
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Name
@@ -227,40 +281,41 @@ class Model(BaseModel):
     # Capabilities apply checks on each new replica (directly, with its engine key) before
     # recording it ready; a replica that fails one stays `starting` and apply stops.
     requires: list[Capability] = Field(default_factory=list)
+    # LoRA adapters served on this model's replicas, each under its own name (docs/adapters.md).
+    adapters: Annotated[list[Adapter], Field(max_length=MAX_ADAPTERS)] = Field(default_factory=list)
 
     @field_validator("source")
     @classmethod
     def _known_scheme(cls, v: str) -> str:
-        if not _SCHEME.match(v) or _SPACE.search(v):
-            raise ValueError(
-                f"{v!r} is not a source llmgw can fetch; use hf://org/repo/file, "
-                "https://host/path or file:///absolute/path (no spaces)")
-        if v.startswith("hf://") and v.isascii():
-            # Most sources: urlsplit finds nothing to refuse in an ASCII hf:// location without
-            # a port or an IPv6 bracket (a tenth of a 10,000-model catalog's schema time).
-            org = v[5:].partition("/")[0]
-            if not any(c in org for c in ":[]?#"):
-                return v
-        try:
-            parts = urlsplit(v)
-            port = parts.port  # parsing the port is what finds a bad one
-        except ValueError as exc:
-            raise ValueError(f"{v!r} is not a valid URL ({exc}); check the host and port") from None
-        if parts.scheme in ("http", "https") and not parts.hostname:
-            raise ValueError(f"{v!r} names no host; write https://host/path")
-        if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
-            raise ValueError(f"{v!r}: a file source is file:///absolute/path (three slashes, no host)")
-        if parts.scheme == "file" and {".", ".."} & set(unquote(parts.path).split("/")):
-            raise ValueError(f"{v!r}: a file source names its file directly; remove the '.' and '..' parts")
-        if port == 0:
-            raise ValueError(f"{v!r}: port 0 is not a port")
-        return v
+        return check_source(v)
 
     @model_validator(mode="after")
     def _patterns_for_repositories(self) -> Model:
         if (self.include or self.exclude) and not re.match(r"^hf://[^/@]+/[^/@]+(@[A-Za-z0-9._-]+)?$", self.source):
             raise ValueError("include/exclude select files of a whole repository (hf://org/repo[@revision]); "
                              f"{self.source!r} names one file")
+        return self
+
+    @model_validator(mode="after")
+    def _adapters_fit(self) -> Model:
+        """Each adapter names profiles the model has, and every profile that loads it runs an
+        engine that takes adapters (its descriptor's `adapters`)."""
+        by_name = {p.name: p for p in self.profiles}
+        seen: set[str] = set()
+        for i, a in enumerate(self.adapters):
+            if a.name in seen:
+                raise ValueError(f"adapters: {a.name!r} is listed twice; each adapter once")
+            seen.add(a.name)
+            for name in a.profiles:
+                if name not in by_name:
+                    raise ValueError(f"adapters: {a.name!r} names the profile {name!r}, which this model does not "
+                                     f"have; name one of {', '.join(sorted(by_name))}, or drop it")
+            for p in adapter_profiles(self, i):
+                engine = find(p.engine)
+                if engine is not None and engine.adapters == "none":
+                    raise ValueError(f"adapters: {a.name!r} would load on profile {p.name!r}, but {engine.title} "
+                                     "serves no LoRA adapters; list the profiles that can under the adapter's "
+                                     "`profiles:`, or remove the adapter")
         return self
 
     @model_validator(mode="after")
@@ -271,6 +326,17 @@ class Model(BaseModel):
                 raise ValueError(f"profile {p.name!r} is listed twice; profile names must be unique")
             seen.add(p.name)
         return self
+
+
+def adapter_profiles(model: Model, index: int) -> list[Profile]:
+    """The profiles of `model` whose replicas load its adapter number `index`, in catalog order."""
+    wanted = model.adapters[index].profiles
+    return [p for p in model.profiles if not wanted or p.name in wanted]
+
+
+def profile_adapters(model: Model, profile: str) -> list[Adapter]:
+    """The adapters a replica of `model` on `profile` loads, in catalog order (llama.cpp's ids)."""
+    return [a for a in model.adapters if not a.profiles or profile in a.profiles]
 
 
 # -- weighted routes (docs/routes.md) -----------------------------------------------------

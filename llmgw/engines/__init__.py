@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from llmgw.engines import descriptor, llamacpp, sglang, versions, vllm
 from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register, unregister
-from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard
+from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter
 
 for _engine in (vllm.ENGINE, sglang.ENGINE, llamacpp.ENGINE):
     register(_engine)
@@ -27,5 +27,21 @@ def command(shard: Shard, layout: Layout) -> list[str]:
     return get(shard.engine).command(shard, layout)
 
 
-__all__ = ["INIT_PORT_OFFSET", "Engine", "Layout", "Peer", "Shard", "command", "descriptor", "find", "get", "names",
-           "python_engines", "python_requirement", "register", "unregister", "versions"]
+__all__ = [
+    "INIT_PORT_OFFSET",
+    "Engine",
+    "Layout",
+    "Peer",
+    "Shard",
+    "ShardAdapter",
+    "command",
+    "descriptor",
+    "find",
+    "get",
+    "names",
+    "python_engines",
+    "python_requirement",
+    "register",
+    "unregister",
+    "versions",
+]

@@ -101,6 +101,7 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
         out.append(f"numa_node {numa!r} is not a NUMA node number (0-1023) or null")
     if not isinstance(entry.get("trust_remote_code", False), bool):
         out.append(f"trust_remote_code {entry['trust_remote_code']!r} is not true or false")
+    out += _adapter_problems(entry.get("adapters") or [], str(entry.get("engine", "")))
     engine = str(entry.get("engine", ""))
     args = entry.get("args") or []
     if find(engine) is not None and isinstance(args, list):
@@ -110,4 +111,25 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
         out += [f"env: {why}" for why in (check_env_name(str(n)) for n in env) if why]
     else:
         out.append("env is not a mapping of names to values")
+    return out
+
+
+def _adapter_problems(adapters: Any, engine: str) -> list[str]:
+    """LoRA adapters: served names like model names, paths like the model's (cache paths),
+    and only on an engine that takes adapters; a `name=path` word is built from both."""
+    if not isinstance(adapters, list):
+        return ["adapters is not a list"]
+    desc = find(engine)
+    out = [f"adapters: {desc.title} serves no LoRA adapters"] if adapters and desc and desc.adapters == "none" else []
+    for i, a in enumerate(adapters):
+        if not isinstance(a, Mapping):
+            out.append(f"adapters[{i}] is not a mapping of name, path and rank")
+            continue
+        name, path, rank = a.get("name"), a.get("path"), a.get("rank")
+        if not isinstance(name, str) or not PATTERNS["model"].match(name):
+            out.append(f"adapters[{i}].name {name!r} does not match {PATTERNS['model'].pattern}")
+        if not isinstance(path, str) or not PATTERNS["model_path"].match(path) or {".", ".."} & set(path.split("/")):
+            out.append(f"adapters[{i}].path {path!r} is not an absolute path without '.' or '..' parts")
+        if rank is not None and not (isinstance(rank, int) and not isinstance(rank, bool) and rank > 0):
+            out.append(f"adapters[{i}].rank {rank!r} is not a positive whole number")
     return out

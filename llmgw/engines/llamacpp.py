@@ -21,6 +21,11 @@ def _server(shard: Shard, layout: Layout, rpc: list[str]) -> list[str]:
         words += ["--rpc", ",".join(rpc)]
     if rpc or shard.gpus:
         words += ["--n-gpu-layers", "999"]
+    # The adapters in the shard's order: llama-server numbers them 0, 1, ... so, and the router
+    # selects one per request by that id (`lora: [{id, scale}]`, llmgw/router/adapters.py). One
+    # comma-separated --lora: a repeated one is deprecated (cache paths hold no commas: entry.py).
+    if shard.adapters:
+        words += ["--lora", ",".join(a.path for a in shard.adapters)]
     return words + list(shard.args)
 
 

@@ -24,6 +24,12 @@ def _base(shard: Shard, layout: Layout) -> list[str]:
         words += ["--config", shard.key_config]
     if shard.trust_remote_code:
         words.append("--trust-remote-code")
+    if shard.adapters:  # LoRA adapters from start, each under its own name; all may share a batch
+        words += ["--enable-lora", "--lora-paths", *(f"{a.name}={a.path}" for a in shard.adapters),
+                  "--max-loras-per-batch", str(len(shard.adapters))]
+        ranks = [a.rank for a in shard.adapters if a.rank is not None]
+        if ranks:
+            words += ["--max-lora-rank", str(max(ranks))]
     return words
 
 

@@ -41,6 +41,23 @@ class Peer:
 
 
 @dataclass(frozen=True)
+class ShardAdapter:
+    """A LoRA adapter the shard's engine loads at start: its served name, where its weights are
+    on the host, and its rank where the adapter's config said (vLLM sizes its LoRA slots by it)."""
+
+    name: str
+    path: str
+    rank: int | None = None
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> ShardAdapter:
+        rank = entry.get("rank")
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+            raise ValueError(f"adapter {entry.get('name')!r}: rank must be a positive whole number, not {rank!r}")
+        return cls(name=str(entry["name"]), path=str(entry["path"]), rank=rank)
+
+
+@dataclass(frozen=True)
 class Shard:
     """One shard: the engine serving `model` from `model_path`, rank `rank` of `nodes`."""
 
@@ -56,6 +73,8 @@ class Shard:
     peers: tuple[Peer, ...] = ()  # every shard, in rank order
     key_config: str = ""  # a file of options holding the API key, for engines that read one (SGLang)
     trust_remote_code: bool = False  # the profile's reviewed key: the engine runs the model's own code
+    # LoRA adapters loaded at start, in catalog order: llama.cpp numbers them 0, 1, ... in this order.
+    adapters: tuple[ShardAdapter, ...] = ()
 
     @property
     def multi_node(self) -> bool:
@@ -85,7 +104,8 @@ class Shard:
                    nodes=int(entry.get("nodes") or 1), leader=str(entry.get("leader") or ""),
                    peers=tuple(Peer.parse(str(p)) for p in entry.get("peers") or ()),
                    key_config=str(entry.get("key_config") or ""),
-                   trust_remote_code=_flag(entry.get("trust_remote_code")))
+                   trust_remote_code=_flag(entry.get("trust_remote_code")),
+                   adapters=tuple(ShardAdapter.from_entry(a) for a in entry.get("adapters") or ()))
 
 
 def _flag(value: Any) -> bool:

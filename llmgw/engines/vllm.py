@@ -23,9 +23,30 @@ API_SERVER = "vllm.entrypoints.openai.api_server"
 CLI = "vllm.entrypoints.cli.main"
 
 
+# The ranks vLLM sizes its LoRA slots for (`--max-lora-rank` choices of the pinned version).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_flags(shard: Shard) -> list[str]:
+    """LoRA adapters served from start: each under its own name, a slot for each in a batch,
+    and slots as large as the largest adapter's rank (vLLM's default 16 where none said)."""
+    if not shard.adapters:
+        return []
+    words = ["--enable-lora", "--lora-modules", *(f"{a.name}={a.path}" for a in shard.adapters),
+             "--max-loras", str(len(shard.adapters))]
+    ranks = [a.rank for a in shard.adapters if a.rank is not None]
+    if ranks:
+        rank = max(ranks)
+        fits = [r for r in LORA_RANKS if r >= rank]
+        if not fits:
+            raise ValueError(f"an adapter of rank {rank} is larger than vLLM serves ({LORA_RANKS[-1]})")
+        words += ["--max-lora-rank", str(fits[0])]
+    return words
+
+
 def _flags(shard: Shard, layout: Layout) -> list[str]:
     words = ["--model", shard.model_path, "--served-model-name", shard.model, "--host", layout.listen_address,
-             "--port", str(shard.port), "--tensor-parallel-size", str(shard.gpus_per_node)]
+             "--port", str(shard.port), "--tensor-parallel-size", str(shard.gpus_per_node), *lora_flags(shard)]
     return [*words, "--trust-remote-code"] if shard.trust_remote_code else words
 
 

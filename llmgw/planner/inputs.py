@@ -104,6 +104,9 @@ class PlanInputs:
     # A whole repository's selected files and their sizes, by pinned source: what an operator's
     # copy of it must hold to be served in place (llmgw.weights.present).
     weight_files: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
+    # A PEFT adapter's LoRA rank (adapter_config.json `r`), by source, where `catalog validate`
+    # read it: a new replica's engine sizes its LoRA slots by its adapters' largest (vLLM).
+    adapter_ranks: Mapping[str, int] = field(default_factory=dict)
     unservable: Mapping[str, Sequence[str]] = field(default_factory=dict)
     now: datetime | None = None
     unreachable_after: int = UNREACHABLE_AFTER

@@ -82,6 +82,18 @@ def weight_sizes(facts_dir: Path) -> dict[str, int | None]:
     return sizes
 
 
+def adapter_ranks(facts_dir: Path) -> dict[str, int]:
+    """Adapter source -> its LoRA rank, where `catalog validate` read one from its adapter_config.json
+    (under the pinned source too, as the planner sees whole repositories pinned)."""
+    ranks: dict[str, int] = {}
+    for src, info in read_sources(facts_dir).items():
+        if info.adapter_rank:
+            ranks[src] = info.adapter_rank
+            if info.pinned:
+                ranks[info.pinned] = info.adapter_rank
+    return ranks
+
+
 def weight_files(facts_dir: Path) -> dict[str, dict[str, int | None]]:
     """Pinned whole repository -> its selected files and sizes, where `catalog validate` recorded them."""
     return {info.pinned: info.file_sizes for info in read_sources(facts_dir).values()
@@ -221,5 +233,5 @@ def _load_inputs(site: Site, *, memo_min: int) -> PlanInputs:
         state=_read_state(site, nodes), fabrics=placement_fabrics(facts, site.facts_dir.resolve(), memo_min=memo_min),
         ports=site.config.ports,
         weight_sizes=weight_sizes(site.facts_dir), weight_files=weight_files(site.facts_dir),
-        unservable={**unservable_sources(site), **unpinned},
+        adapter_ranks=adapter_ranks(site.facts_dir), unservable={**unservable_sources(site), **unpinned},
         now=site_clock(site), unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)

@@ -31,6 +31,7 @@ from datetime import datetime
 
 from llmgw import collector
 from llmgw.catalog import Model, Profile, format_duration
+from llmgw.catalog.schema import profile_adapters
 from llmgw.errors import PlanError
 from llmgw.nodetime import DEFAULT_DRAIN_DEADLINE, Liveness, format_time, liveness
 from llmgw.planner import schema
@@ -41,7 +42,7 @@ from llmgw.planner.routes import route_change, route_record, split_text
 from llmgw.planner.schema import replica_sort_key
 from llmgw.planner.spec import endpoint_url, parse_unit, spec_hash, unit_name
 from llmgw.planner.topology import GpuMap, Pick, gpu_map, nearest_hcas, pick_gpus, topology_signature, uuids_of
-from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard
+from llmgw.state import AdapterRecord, ModelRecord, Replica, ScalingRecord, Shard
 from llmgw.weights.hub import is_repo_source
 from llmgw.weights.names import cache_name
 
@@ -84,7 +85,9 @@ def _record(m: Model) -> ModelRecord:
     return ModelRecord(name=m.name, aliases=list(m.aliases), fallbacks=list(m.fallbacks),
                        scaling=ScalingRecord(min=s.min, max=s.maximum, idle_timeout=s.idle_timeout),
                        routing=m.routing,
-                       max_in_flight={p.name: p.max_in_flight for p in m.profiles if p.max_in_flight is not None})
+                       max_in_flight={p.name: p.max_in_flight for p in m.profiles if p.max_in_flight is not None},
+                       adapters=[AdapterRecord(name=a.name, aliases=list(a.aliases), scale_percent=round(a.scale * 100))
+                                 for a in m.adapters])
 
 
 def _record_change(old: ModelRecord, new: ModelRecord) -> str:
@@ -97,6 +100,8 @@ def _record_change(old: ModelRecord, new: ModelRecord) -> str:
         a, b = getattr(old.scaling, key), getattr(new.scaling, key)
         if a != b:
             parts.append(f"scaling.{key} {a} -> {b}")
+    if old.adapters != new.adapters:  # names, aliases or scale: the routers serve them so from now on
+        parts.append(f"adapters {[a.name for a in old.adapters]} -> {[a.name for a in new.adapters]}")
     parts.extend(route_change(old.route, new.route))  # weighted routes: the split before -> after
     return "; ".join(parts)
 
@@ -344,7 +349,10 @@ class _Planner:
             id=rid, model=model.name, profile=profile.name, engine=profile.engine, shards=shards,
             endpoint=endpoint_url(shards[0].address, shards[0].port), spec_hash=self._spec(model, profile),
             fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
-            args=list(profile.args), env=dict(profile.env), trust_remote_code=profile.trust_remote_code or None)
+            args=list(profile.args), env=dict(profile.env), trust_remote_code=profile.trust_remote_code or None,
+            adapters=[schema.PlannedAdapter(name=a.name, source=a.source, cache_name=cache_name(a.source),
+                                            rank=self.inputs.adapter_ranks.get(a.source))
+                      for a in profile_adapters(model, profile.name)] or None)
 
     def _gpus_for(self, node: NodeView, profile: Profile, fabric: str | None,
                   ) -> tuple[list[int], schema.ShardTopology | None]:

@@ -74,6 +74,10 @@ def _replica_lines(new: PlannedReplica | None, old: Replica | None) -> list[str]
         rows.append(("fabric", None, f'"{new.fabric}"'))
     if new is not None and new.trust_remote_code:  # a widening of trust review must see
         rows.append(("trust", None, '"runs the model\'s own code (trust_remote_code)"'))
+    was = [a.name for a in old.adapters] if old else []
+    now = [a.name for a in new.adapters or []] if new else []
+    if was or now:  # LoRA adapters its engine loads (docs/adapters.md)
+        rows.append(("adapters", _q(", ".join(was)) if old else None, _q(", ".join(now)) if new else None))
     olds = {s.rank: s for s in old.shards} if old else {}
     news = {s.rank: s for s in new.shards} if new else {}
     for rank in sorted(set(olds) | set(news)):

@@ -23,7 +23,7 @@ from llmgw import collector
 from llmgw.catalog.schema import Engine, EnvName, Name, Text
 from llmgw.errors import PlanError
 from llmgw.inventory import is_host_name
-from llmgw.state import ModelRecord, Replica, Shard, State
+from llmgw.state import LoadedAdapter, ModelRecord, Replica, Shard, State
 from llmgw.state import replica_sort_key as replica_sort_key  # the ids' order, kept with their shape
 from llmgw.state.model import (
     Count,
@@ -166,6 +166,25 @@ class PlannedShard(_Model):
                               "address": address, "present_at": present_at, "topology": topology})
 
 
+class PlannedAdapter(_Model):
+    """A LoRA adapter a new replica's engine loads at start (docs/adapters.md): fetched beside
+    the base's weights into the same cache, its entry named after its source."""
+
+    name: Name
+    source: SourceUrl
+    cache_name: CacheName
+    # Its LoRA rank where `catalog validate` read it (adapter_config.json `r`); None: not known,
+    # the engine's default applies. vLLM's --max-lora-rank is derived from it (llmgw.engines.vllm).
+    rank: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _entry(self) -> PlannedAdapter:
+        if self.cache_name != _cache_entry(self.source):
+            raise ValueError(f"adapter {self.name}: cache_name {self.cache_name!r} is not the cache entry of its "
+                             f"source ({_cache_entry(self.source)})")
+        return self
+
+
 class PlannedReplica(_Model):
     id: ReplicaId
     model: Name
@@ -184,6 +203,8 @@ class PlannedReplica(_Model):
     # The profile's key: the engine runs the model's own code. True or None (never False), so a
     # plan without it reads as before the key existed.
     trust_remote_code: bool | None = None
+    # New replicas only: the LoRA adapters its engine loads, in catalog order (None: none).
+    adapters: list[PlannedAdapter] | None = None
 
     @model_validator(mode="after")
     def _formed_by_llmgw(self) -> PlannedReplica:
@@ -209,12 +230,13 @@ class PlannedReplica(_Model):
     @classmethod
     def placed(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard],
                endpoint: str, spec_hash: str, fabric: str | None, source: str, cache_name: str, args: list[str],
-               env: dict[str, str], trust_remote_code: bool | None = None) -> PlannedReplica:
+               env: dict[str, str], trust_remote_code: bool | None = None,
+               adapters: list[PlannedAdapter] | None = None) -> PlannedReplica:
         """A new replica from the planner's own, already valid values (see `_trusted`)."""
         return _trusted(cls, {"id": id, "model": model, "profile": profile, "engine": engine, "shards": shards,
                               "endpoint": endpoint, "spec_hash": spec_hash, "status": "new", "fabric": fabric,
                               "source": source, "cache_name": cache_name, "args": args, "env": env,
-                              "trust_remote_code": trust_remote_code})
+                              "trust_remote_code": trust_remote_code, "adapters": adapters})
 
     @classmethod
     def kept(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard], endpoint: str,
@@ -224,7 +246,12 @@ class PlannedReplica(_Model):
         return _trusted(cls, {"id": id, "model": model, "profile": profile, "engine": engine, "shards": shards,
                               "endpoint": endpoint, "spec_hash": spec_hash, "status": "kept", "fabric": fabric,
                               "source": None, "cache_name": None, "args": None, "env": None,
-                              "trust_remote_code": None})
+                              "trust_remote_code": None, "adapters": None})
+
+
+def loaded_adapters(r: PlannedReplica) -> list[LoadedAdapter]:
+    """What the state records of a new replica's adapters once its engine runs."""
+    return [LoadedAdapter(name=a.name, cache_name=a.cache_name) for a in r.adapters or []]
 
 
 class UnitRef(_Model):
@@ -333,7 +360,8 @@ class Plan(_Model):
                 shards=[Shard(node=s.node, rank=s.rank, gpus=s.gpus, port=s.port, unit=s.unit) for s in r.shards],
                 created_at=prev.created_at if prev else None, spec_hash=r.spec_hash,
                 cache_name=r.cache_name or (prev.cache_name if prev else None),
-                source=r.source or (prev.source if prev else None)))
+                source=r.source or (prev.source if prev else None),
+                adapters=loaded_adapters(r) if r.status == "new" else (prev.adapters if prev else [])))
         return state.model_copy(update={"replicas": replicas, "models": list(self.desired.models)})
 
 

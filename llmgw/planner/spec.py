@@ -10,6 +10,7 @@ import hashlib
 import json
 
 from llmgw.catalog import Model, Profile
+from llmgw.catalog.schema import profile_adapters
 
 # Defined with the state's schema, which checks every unit name it holds against them.
 from llmgw.state.model import UNIT_RE, endpoint_url, replica_number, unit_name
@@ -40,6 +41,11 @@ def spec_hash(model: Model, profile: Profile) -> str:
     # (trust_remote_code) replaces no replica that does not set it.
     exclude = {k for k in _ADDED_KEYS if getattr(profile, k) == Profile.model_fields[k].default}
     exclude |= _ROUTER_KEYS
-    doc = {"source": model.source, "profile": profile.model_dump(mode="json", exclude=exclude)}
+    doc: dict[str, object] = {"source": model.source, "profile": profile.model_dump(mode="json", exclude=exclude)}
+    # The LoRA adapters its engine loads at start (their names and sources; a new scale or alias
+    # is the router's alone): only when there are some, so a replica without any keeps its hash.
+    adapters = [[a.name, a.source] for a in profile_adapters(model, profile.name)]
+    if adapters:
+        doc["adapters"] = adapters
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -306,9 +306,12 @@ def _model_object(entry: ModelEntry, table: RoutingTable) -> dict[str, Any]:
     # A weighted route serves what its targets' replicas serve (routes.py); it has none of its own.
     replicas = entry.replicas if entry.route is None else [r for e in table.chain(entry) for r in e.replicas]
     created = [r.record.created_at for r in replicas if r.record.created_at is not None]
-    return {"id": entry.name, "object": "model",
-            "created": int(min(created).timestamp()) if created else 0, "owned_by": "llmgw",
-            "endpoints": served(r.record.engine for r in replicas)}
+    out: dict[str, Any] = {"id": entry.name, "object": "model",
+                           "created": int(min(created).timestamp()) if created else 0, "owned_by": "llmgw",
+                           "endpoints": served(r.record.engine for r in replicas)}
+    if entry.base is not None:  # a LoRA adapter names its base model, as vLLM lists adapters
+        out["parent"] = entry.base
+    return out
 
 
 def client_app(router: Router) -> ClientApp:
@@ -326,7 +329,8 @@ def client_app(router: Router) -> ClientApp:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         now = time.monotonic()
-        data = [_model_object(e, router.table) for e in sorted(router.table.models.values(), key=lambda e: e.name)
+        every = [*router.table.models.values(), *router.table.adapters.values()]
+        data = [_model_object(e, router.table) for e in sorted(every, key=lambda e: e.name)
                 if router.answerable(e, now)]
         return {"object": "list", "data": data}
 

@@ -215,7 +215,7 @@ class Call:
             record = entry.record
             alone = record.model_copy(update={"fallbacks": [], "scaling": record.scaling.model_copy(
                 update={"min": max(1, record.scaling.min)})})
-            return _Restricted([ModelEntry(alone, [replica])])
+            return _Restricted([ModelEntry(alone, [replica], adapter=entry.adapter, base=entry.base)])
         views = _views.get(table)
         if views is None:
             views = _views[table] = {}
@@ -228,7 +228,8 @@ class Call:
                 views[key] = []
             else:
                 views[key] = [
-                    e if not e.replicas else ModelEntry(e.record, [r for r in e.replicas if _serves(r, endpoint)])
+                    e if not e.replicas else ModelEntry(e.record, [r for r in e.replicas if _serves(r, endpoint)],
+                                                        adapter=e.adapter, base=e.base)
                     for e in chain if not e.replicas or any(_serves(r, endpoint) for r in e.replicas)]
         restricted = views[key]
         if restricted is None:

@@ -134,7 +134,8 @@ class RouterMetrics(Collector):
 
     # -- label bounding ------------------------------------------------------------------
     def _model(self, model: str) -> str:
-        return model if model in self.table().models else UNKNOWN
+        table = self.table()  # a LoRA adapter is labelled as itself: its requests are its own
+        return model if model in table.models or model in table.adapters else UNKNOWN
 
     def _replica(self, replica: str) -> tuple[str, str]:
         """(model, replica) of a replica of the state, else ("-", "-")."""

@@ -47,6 +47,7 @@ from typing import Any
 
 import aiohttp
 
+from llmgw.router.adapters import EngineAsk, engine_ask
 from llmgw.router.admission import (
     ADMISSION_CODES,
     PRIORITY_HEADER,
@@ -189,13 +190,19 @@ def parse_request(body: bytes) -> tuple[dict[str, Any], str]:
 
 
 def upstream_body(req: dict[str, Any], raw: bytes, model: str, inject_usage: bool,
-                  budget: Budget | None = None) -> bytes:
+                  budget: Budget | None = None, lora: list[dict[str, float | int]] | None = None) -> bytes:
     """The body for the engine: the client's bytes, unless the model name or usage must
-    change, or the engine must be held to a reserved completion `budget` (quotas.py)."""
-    if req["model"] == model and not inject_usage and budget is None:
+    change, the engine must be held to a reserved completion `budget` (quotas.py), or
+    llama.cpp's adapters must be selected (`lora`, adapters.py: [] removes the client's)."""
+    if req["model"] == model and not inject_usage and budget is None and (lora is None or (not lora
+                                                                                          and "lora" not in req)):
         return raw
     new = dict(req)
     new["model"] = model
+    if lora is not None:
+        new.pop("lora", None)
+        if lora:
+            new["lora"] = lora
     if budget is not None:
         for f in budget.fields:
             new[f] = budget.tokens
@@ -302,7 +309,8 @@ class Proxy:
                 principal, len(body), budget, lambda: self.counter.count(chain, req, call.endpoint.path))
             # A slot of the model (admission.py): waits here while its replicas are full. The
             # cost until the engine's count is known: the prompt at about 4 bytes a token.
-            held = (self.admission.slot(entry.name, principal.tenancy, priority, len(body) // 4)
+            # An adapter shares its base's replicas, so it shares the base's slots too.
+            held = (self.admission.slot(entry.base or entry.name, principal.tenancy, priority, len(body) // 4)
                     if takes_slot(call.endpoint) else contextlib.nullcontext())
             async with held as slot:
                 flight.slot = slot
@@ -395,7 +403,7 @@ class Proxy:
         fresh = False  # after a stale pooled connection, this request uses new connections only
         refusal: RouterError | None = None
         deadline = flight.started + self.settings.request_timeout
-        bodies: dict[str, bytes] = {}
+        bodies: dict[EngineAsk, bytes] = {}
         # Normal pass, then panic: the ejected `ready` replicas of the chain, rather than a 503.
         for panic in (False, True):
             for target in table.chain(entry):
@@ -416,9 +424,12 @@ class Proxy:
                     attempts += 1
                     if attempts == 1:  # how long the request waited before any engine saw it
                         self.metrics.queue_wait(entry.name, time.perf_counter() - started)
-                    body = bodies.get(target.name)
+                    ask = engine_ask(target, replica)  # LoRA adapters: per engine (adapters.py)
+                    body = bodies.get(ask)
                     if body is None:
-                        body = bodies[target.name] = upstream_body(req, raw, target.name, inject, budget)
+                        # `lora` is a field of JSON bodies; a form or a response id has none to set.
+                        lora = ask.lora_json() if flight.call.endpoint.body == "json" else None
+                        body = bodies[ask] = upstream_body(req, raw, ask.model, inject, budget, lora)
                     route = entry.route
                     flight.route = (route, target.name) if route is not None and target.name in route.stats \
                         else None

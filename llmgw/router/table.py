@@ -24,7 +24,7 @@ from typing import Literal
 
 from llmgw.router.balance import Ring, pick_by_prefix
 from llmgw.router.routes import RouteRuntime
-from llmgw.state import ModelRecord, Replica, State
+from llmgw.state import AdapterRecord, ModelRecord, Replica, State
 
 # busy: alive but saturated (its health check is slow, or says no slot is free): still routed to.
 Health = Literal["unknown", "healthy", "busy", "unhealthy"]
@@ -143,6 +143,10 @@ class ModelEntry:
     rotation: int = 0  # spreads ties between equally loaded replicas
     ring: Ring | None = field(default=None, repr=False)  # prefix-affinity's hash ring, made on first use
     route: RouteRuntime | None = field(default=None, repr=False)  # a weighted route (routes.py): no replicas
+    # A LoRA adapter (adapters.py): served by the replicas of `base` that loaded it, which are
+    # its `replicas` (the same runtimes as the base's, so in-flight counts are shared).
+    adapter: AdapterRecord | None = None
+    base: str | None = None
 
     @property
     def name(self) -> str:
@@ -150,8 +154,9 @@ class ModelEntry:
 
     @property
     def on_demand(self) -> bool:
-        """Started by a request when nothing runs; never a route, which has nothing of its own to start."""
-        return self.record.scaling.min == 0 and self.route is None
+        """Started by a request when nothing runs; never a route, which has nothing of its own to
+        start, nor an adapter (its base is what starts)."""
+        return self.record.scaling.min == 0 and self.route is None and self.base is None
 
     def routable(self, now: float) -> list[ReplicaRuntime]:
         return [r for r in self.replicas if r.routable(now)]
@@ -244,7 +249,27 @@ class RoutingTable:
             entry = self.models.get(rec.model)
             if entry is not None:
                 entry.replicas.append(rt)
+        self.adapters = self._adapters()
         self.routes = self._routes(routes or {})
+
+    def _adapters(self) -> dict[str, ModelEntry]:
+        """An entry per LoRA adapter, by name: its replicas are those of its base that list it
+        (a replica started before the adapter was added never gets its requests). A name a model
+        already has (an edited state) stays the model's."""
+        out: dict[str, ModelEntry] = {}
+        for m in list(self.models.values()):
+            for a in m.record.adapters:
+                if a.name in self.names or a.name in out:
+                    continue
+                record = ModelRecord(name=a.name, aliases=a.aliases, scaling=m.record.scaling,
+                                     routing=m.record.routing)
+                entry = ModelEntry(record, [r for r in m.replicas if a.name in r.record.adapter_names],
+                                   adapter=a, base=m.name)
+                out[a.name] = entry
+                for alias in a.aliases:
+                    self.names.setdefault(alias, entry)
+                self.names[a.name] = entry
+        return out
 
     def _routes(self, previous: dict[str, tuple[tuple[object, ...], RouteRuntime]]
                 ) -> dict[str, tuple[tuple[object, ...], RouteRuntime]]:

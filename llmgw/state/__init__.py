@@ -23,6 +23,8 @@ from llmgw.state.capabilities import Database, FileBacked, Follow, Leases, offer
 from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
 from llmgw.state.model import (
     STATE_VERSION,
+    AdapterRecord,
+    LoadedAdapter,
     ModelRecord,
     Replica,
     ReplicaState,
@@ -41,10 +43,12 @@ from llmgw.state.select import backend_for, is_state_url, open_backend
 
 __all__ = [
     "STATE_VERSION",
+    "AdapterRecord",
     "Database",
     "FileBacked",
     "Follow",
     "Leases",
+    "LoadedAdapter",
     "LocalBackend",
     "LockHeld",
     "LockInfo",

@@ -183,6 +183,16 @@ class RouteRecord(_Model):
         return self
 
 
+class AdapterRecord(_Model):
+    """A LoRA adapter of a model (catalog/schema.py's Adapter), as a router serves it: its names,
+    and the scale llama.cpp applies it at per request (docs/adapters.md), in percent: plans are
+    written without floats (as RouteGuardRecord)."""
+
+    name: Name
+    aliases: list[Name] = Field(default_factory=list)
+    scale_percent: Annotated[int, Field(ge=1, le=10_000)] = 100
+
+
 class ModelRecord(_Model):
     """What a router needs of a catalog model (or of a weighted route: `route` set, no replicas)."""
 
@@ -195,6 +205,7 @@ class ModelRecord(_Model):
     # Profile name -> its `max_in_flight` (catalog), for the profiles that set one: what
     # a replica of that profile holds at once before requests wait in the router.
     max_in_flight: dict[Name, Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=dict)
+    adapters: list[AdapterRecord] = Field(default_factory=list)
 
 
 class Shard(_Model):
@@ -203,6 +214,14 @@ class Shard(_Model):
     gpus: list[GpuIndex] = Field(default_factory=list)
     port: Port
     unit: UnitName  # systemd unit name on `node`
+
+
+class LoadedAdapter(_Model):
+    """A LoRA adapter a replica's engine loaded: its name, and the weights cache entry it was
+    loaded from (kept by weights GC while the replica runs, as the replica's own weights)."""
+
+    name: Name
+    cache_name: CacheFile | None = None
 
 
 class Replica(_Model):
@@ -223,6 +242,13 @@ class Replica(_Model):
     # The weights source as fetched; a whole Hugging Face repository pinned to the commit
     # it was planned with (hf://org/repo@COMMIT), so the weights a replica serves are on record.
     source: Source | None = None
+    # The LoRA adapters its engine loaded at start, in the order it numbers them (llama.cpp's
+    # ids): the router sends an adapter's requests only to replicas that list it.
+    adapters: list[LoadedAdapter] = Field(default_factory=list)
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return [a.name for a in self.adapters]
 
     @model_validator(mode="after")
     def _formed_by_llmgw(self) -> Replica:

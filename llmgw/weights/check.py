@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from llmgw.catalog import Catalog, Located, Model
+from llmgw.catalog.schema import adapter_profiles
 from llmgw.errors import CatalogError, Problem
 from llmgw.site import Site
 from llmgw.weights.hub import HUB, is_repo_source
@@ -88,7 +89,11 @@ class Servability:
 
 
 def llamacpp_sources(catalog: Catalog) -> list[str]:
-    return sorted({m.source for m in catalog if any(p.engine == "llamacpp" for p in m.profiles)})
+    """GGUF sources llama.cpp loads: models with a llama.cpp profile, and their adapters that load there."""
+    out = {m.source for m in catalog if any(p.engine == "llamacpp" for p in m.profiles)}
+    out |= {a.source for m in catalog for i, a in enumerate(m.adapters)
+            if any(p.engine == "llamacpp" for p in adapter_profiles(m, i))}
+    return sorted(out)
 
 
 def repo_specs(catalog: Catalog) -> list[str]:
@@ -111,7 +116,9 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
     out = Servability(sources=read_sources(site.facts_dir), problems=foreign_sources(catalog, site))
     wanted = llamacpp_sources(catalog)
     repos = repo_specs(catalog)
-    todo = [s for s in sorted({*wanted, *repos}) if refresh or s not in out.sources]
+    # Every adapter, so a PEFT directory's adapter_config.json is read too (a GGUF one is in `wanted`).
+    adapters = {a.source for m in catalog for a in m.adapters}
+    todo = [s for s in sorted({*wanted, *repos, *adapters}) if refresh or s not in out.sources]
     if inspect:
         # validate runs on untrusted pull requests: it contacts only the site's endpoint (a source
         # elsewhere is a problem above; it is not asked either)
@@ -158,6 +165,41 @@ def check_servable(catalog: Catalog, site: Site, *, inspect: bool, refresh: bool
                                 for reason in source_problems(info, caps))
     if not_inspected:
         out.notes.append(f"{_some(not_inspected)}: source not inspected yet; run `llmgw catalog validate` (online)")
+    out.problems.extend(adapter_problems(catalog, out.sources))
+    return out
+
+
+def adapter_problems(catalog: Catalog, sources: dict[str, SourceInfo]) -> list[Problem]:
+    """LoRA adapters llama.cpp would refuse, from their recorded GGUF headers: a file that is
+    not an adapter (`general.type`), or one made for another architecture than its base's.
+    An adapter or base not inspected (or not GGUF) is left to the engine."""
+    out: list[Problem] = []
+    for model in catalog:
+        if not model.adapters:
+            continue
+        where = catalog.where(model.name)
+        base = sources.get(model.source)
+        for i, adapter in enumerate(model.adapters):
+            info = sources.get(adapter.source)
+            if info is None or info.error:
+                continue
+            at = f"models[{where.index}].adapters[{i}].source"
+            line = where.line_at(f"adapters[{i}].source")
+            out.extend(Problem(where.file, line, at, why) for why in _peft_problems(model, adapter.source, info))
+            if not any(p.engine == "llamacpp" for p in adapter_profiles(model, i)):
+                continue
+            if info.format != "gguf":
+                out.append(Problem(where.file, line, at, f"{adapter.source} is not a GGUF file; llama.cpp loads "
+                                   "LoRA adapters in GGUF (convert it with llama.cpp's convert_lora_to_gguf.py)"))
+            elif info.gguf_type != "adapter":
+                out.append(Problem(where.file, line, at, f"{adapter.source} is a GGUF of type "
+                                   f"{info.gguf_type or 'unknown'!r}, not an adapter (general.type=adapter); "
+                                   "name a LoRA adapter file, or serve this one as a model"))
+            elif base is not None and base.format == "gguf" and base.architecture and \
+                    info.architecture != base.architecture:
+                out.append(Problem(where.file, line, at, f"{adapter.source} is an adapter for "
+                                   f"{info.architecture or 'an unknown architecture'}, but {model.name} is "
+                                   f"{base.architecture}; name an adapter trained for this base"))
     return out
 
 
@@ -214,5 +256,38 @@ def pin_catalog(catalog: Catalog, site: Site) -> tuple[Catalog, dict[str, list[s
                 why = info.error if info is not None and info.error else "not resolved yet"
                 unpinned[m.source] = [f"{spec} is not pinned to a commit ({why}); run `llmgw catalog validate` "
                                       "where the site's Hugging Face endpoint is reachable"]
+        if any(is_repo_source(a.source) for a in m.adapters):  # whole-repository adapters: pinned alike
+            pinned = []
+            for a in m.adapters:
+                info = records.get(catalog_spec(a.source)) if is_repo_source(a.source) else None
+                if info is not None and info.pinned:
+                    a = a.model_copy(update={"source": info.pinned})
+                elif is_repo_source(a.source):
+                    why = info.error if info is not None and info.error else "not resolved yet"
+                    unpinned.setdefault(m.source, []).append(
+                        f"adapter {a.name}: {a.source} is not pinned to a commit ({why}); run `llmgw catalog "
+                        "validate` where the site's Hugging Face endpoint is reachable")
+                pinned.append(a)
+            m = m.model_copy(update={"adapters": pinned})
         entries.append(Located(m, e.file, e.line, e.index))
     return Catalog(entries, catalog.route_entries), unpinned  # routes fetch nothing: as they are
+
+
+# The largest LoRA rank vLLM serves (llmgw.engines.vllm.LORA_RANKS); SGLang takes any.
+_MAX_VLLM_RANK = 512
+
+
+def _peft_problems(model: Model, source: str, info: SourceInfo) -> list[str]:
+    """A PEFT adapter trained on another base than the model's (by repository name, the last
+    part of both), or of a rank vLLM does not serve, from its adapter_config.json."""
+    out = []
+    if info.adapter_base:
+        theirs = info.adapter_base.rstrip("/").rsplit("/", 1)[-1].lower()
+        ours = model.source.partition("?")[0].rstrip("/").rsplit("/", 1)[-1].partition("@")[0].lower()
+        if theirs != ours:
+            out.append(f"{source}: its adapter_config.json says it was trained on {info.adapter_base!r}, but "
+                       f"{model.name}'s source is {model.source}; name an adapter trained for this base")
+    if info.adapter_rank and info.adapter_rank > _MAX_VLLM_RANK and any(p.engine == "vllm" for p in model.profiles):
+        out.append(f"{source}: rank {info.adapter_rank} (adapter_config.json `r`) is larger than vLLM serves "
+                   f"({_MAX_VLLM_RANK}); use a smaller adapter, or an SGLang profile")
+    return out

@@ -27,8 +27,8 @@ class Orphan:
 
 
 def catalog_names(catalog: Catalog) -> set[str]:
-    """Cache names of every source the catalog names."""
-    return {cache_name(m.source) for m in catalog}
+    """Cache names of every source the catalog names: models and their LoRA adapters."""
+    return {cache_name(m.source) for m in catalog} | {cache_name(a.source) for m in catalog for a in m.adapters}
 
 
 def state_wants(catalog: Catalog, state: State) -> dict[str, list[str]]:
@@ -39,6 +39,7 @@ def state_wants(catalog: Catalog, state: State) -> dict[str, list[str]]:
     for r in state.replicas:
         names = {cache_name(by_model[r.model])} if r.model in by_model else set()
         names |= {r.cache_name} if r.cache_name else set()
+        names |= {a.cache_name for a in r.adapters if a.cache_name}  # what its engine loaded at start
         for n in names:
             out.setdefault(n, []).append(r.id)
     return {n: sorted(ids) for n, ids in out.items()}

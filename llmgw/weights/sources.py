@@ -10,6 +10,7 @@ spec hosts fetch.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -37,6 +38,12 @@ class SourceInfo(BaseModel):
     format: Literal["gguf", "other"] | None = None
     gguf_version: int | None = None
     architecture: str | None = None
+    # GGUF `general.type`: "model", or "adapter" for a LoRA (None: the file does not say, or not GGUF).
+    gguf_type: str | None = None
+    # A PEFT adapter directory's adapter_config.json (a file:// directory on the control host):
+    # the base it was trained on and its rank, where it says (None: not an adapter, or not said).
+    adapter_base: str | None = None
+    adapter_rank: int | None = None
     tensor_types: dict[int, list[str]] | None = None  # ggml type id -> a few tensor names of that type
     # Whole repositories: the commit the revision named, the files selected, and what hosts fetch.
     commit: str | None = None
@@ -123,18 +130,42 @@ def inspect_source(source: str, client: httpx.Client, endpoint: str = HUB, token
             return _inspect_repo(source, client, endpoint, now, token)
         size, fetch = _size_and_fetch(source, client, endpoint)
         if fetch is None:
-            return SourceInfo(source=source, cache_name=name, size_bytes=size, format="other", inspected_at=now)
+            base, rank = _peft_config(resolve(source, endpoint))
+            return SourceInfo(source=source, cache_name=name, size_bytes=size, format="other", adapter_base=base,
+                              adapter_rank=rank, inspected_at=now)
         magic = fetch(0, 4)
         if magic != b"GGUF":
             return SourceInfo(source=source, cache_name=name, size_bytes=size, format="other", inspected_at=now)
         header = read_header(fetch, source)
         return SourceInfo(source=source, cache_name=name, size_bytes=size, format="gguf",
                           gguf_version=header.version, architecture=header.architecture,
+                          gguf_type=_general_type(header.metadata),
                           tensor_types=tensor_types(header), inspected_at=now)
     except WeightsError as exc:
         return SourceInfo(source=source, cache_name=name, inspected_at=now, error=exc.message)
     except (httpx.HTTPError, OSError) as exc:
         return SourceInfo(source=source, cache_name=name, inspected_at=now, error=f"{source}: {exc}")
+
+
+def _peft_config(target: str | Path) -> tuple[str | None, int | None]:
+    """(base_model_name_or_path, r) of a PEFT adapter directory's adapter_config.json; what is
+    missing, malformed or not a directory is (None, None): the engine is left to say."""
+    if not isinstance(target, Path) or not (target / "adapter_config.json").is_file():
+        return None, None
+    try:
+        doc = json.loads((target / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    base, rank = doc.get("base_model_name_or_path"), doc.get("r")
+    return (base if isinstance(base, str) and base else None,
+            rank if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0 else None)
+
+
+def _general_type(metadata: dict[str, object]) -> str | None:
+    kind = metadata.get("general.type")
+    return kind if isinstance(kind, str) else None
 
 
 def _dir(facts_dir: Path) -> Path:

@@ -179,3 +179,43 @@ def test_multi_node_shards_get_their_fabric_adapters(site: Site) -> None:
         assert e["peers"] == [f"{x.address}:{x.port}" for x in r.shards]
         assert e["fabric"] == r.fabric and e["ib_hcas"] and all(h.startswith("mlx5_") for h in e["ib_hcas"])
         assert e["gpus"] == s.gpus
+
+
+def test_adapters_are_fetched_beside_the_base_and_handed_to_the_engine(site: Site) -> None:
+    """LoRA adapters take the base's weights path: one weights entry each on the replica's
+    node (the same role: cache, progress, single-flight), the engine's entry names their
+    cache paths in catalog order, and the state records what the engine loaded."""
+    from datetime import UTC, datetime
+
+    from llmgw.weights.names import cache_name
+    from llmgw.weights.sources import SourceInfo, write_source
+
+    sql = "hf://Qwen/qwen-sql-lora/qwen-sql-lora.gguf"
+    # Its rank as `catalog validate` recorded it: the engine's entry carries it (vLLM sizes slots by it).
+    write_source(site.facts_dir, SourceInfo(source=sql, cache_name=cache_name(sql), adapter_rank=12,
+                                            inspected_at=datetime.now(UTC)))
+    chat = site.catalog_dir / "chat.yaml"
+    chat.write_text(chat.read_text().replace("    scaling: {min: 0, max: 2, idle_timeout: 15m}\n", (
+        "    scaling: {min: 1, max: 2, idle_timeout: 15m}\n"
+        "    adapters:\n"
+        f"      - {{name: qwen-sql, source: '{sql}'}}\n")))
+    plan = plan_of(site)
+    r = next(r for r in plan.desired.replicas if r.model == "qwen2.5-7b")
+    seen: dict[str, Any] = {}
+
+    class Capture(Recorder):
+        def engines(self, weights: Mapping[str, list[dict[str, str]]],
+                    shards: Mapping[str, list[dict[str, Any]]], step: str, progress: Progress | None) -> None:
+            seen["weights"], seen["shards"] = weights, shards
+
+    hosts = Capture(site)
+    applier(site, hosts, plan).run()
+    node = r.shards[0].node
+    assert {"source": sql, "name": cache_name(sql)} in seen["weights"][node]
+    entry = next(e for e in seen["shards"][node] if e["replica"] == r.id)
+    assert entry["adapters"] == [{"name": "qwen-sql", "path": entry["model_path"].rsplit("/", 1)[0] + "/"
+                                  + cache_name(sql), "rank": 12}]
+    record = next(x for x in read_state(site.state_file).replicas if x.id == r.id)
+    assert [(a.name, a.cache_name) for a in record.adapters] == [("qwen-sql", cache_name(sql))]
+    others = [e for es in seen["shards"].values() for e in es if e["replica"] != r.id]
+    assert others and all(e["adapters"] == [] for e in others)

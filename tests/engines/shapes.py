@@ -5,7 +5,9 @@ and without catalog args. tests/engines feeds all of them to the engines' own pa
 
 from __future__ import annotations
 
-from llmgw.engines import Layout, Peer, Shard, command
+import dataclasses
+
+from llmgw.engines import Layout, Peer, Shard, ShardAdapter, command
 
 LAYOUT = Layout(install_dir="/opt/llmgw/engines", llamacpp_dir="/opt/llmgw/engines/llamacpp/0123456789abcdef",
                 listen_address="10.0.0.1", llamacpp_parallel=4)
@@ -13,6 +15,9 @@ LEADER = "10.0.0.1"
 MODEL = "/var/cache/llmgw/0123abcd-tiny"
 # SGLang's serving shard (rank 0) reads its API key from this file of options (--config).
 KEY_CONFIG = "/etc/llmgw/engine-keys/llmgw-tiny-1-0.yaml"
+# Two LoRA adapters loaded at start (docs/adapters.md), one of a known rank.
+ADAPTERS = (ShardAdapter("tiny-sql", "/var/cache/llmgw/4567cdef-tiny-sql", 8),
+            ShardAdapter("tiny-poet", "/var/cache/llmgw/89abef01-tiny-poet"))
 
 
 def _key(engine: str, rank: int) -> str:
@@ -34,6 +39,8 @@ def shards(engine: str, args: tuple[str, ...] = ()) -> dict[str, Shard]:
             out[f"{nodes}-nodes-rank-{rank}"] = Shard(
                 port=20000 + rank, gpus=(0, 1, 2, 3) if engine != "llamacpp" else (), rank=rank, nodes=nodes,
                 leader=LEADER, peers=_peers(nodes), key_config=_key(engine, rank), **base)
+    for name in ("cpu", "one-gpu", "2-nodes-rank-0", "2-nodes-rank-1"):  # with LoRA adapters
+        out[f"{name} +adapters"] = dataclasses.replace(out[name], adapters=ADAPTERS)
     return out
 
 

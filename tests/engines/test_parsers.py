@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.catalog import load_catalog
-from llmgw.engines import command, versions
+from llmgw.engines import ShardAdapter, command, versions
 from llmgw.engines import vllm as vllm_lines
 from tests.engines.shapes import CATALOG_ARGS, LAYOUT, command_lines, profile_shards, shards
 
@@ -83,6 +83,24 @@ def test_the_parsers_refuse_what_they_do_not_know() -> None:
                           ("sglang", ["--model-path", "/m", "--tp-sise", "2"])):
         refused = parse_in_venv(engine, {"bad": words}, [words])
         assert "unrecognized arguments" in refused["bad"], refused
+
+
+def test_vllm_accepts_the_lora_rank_llmgw_derives_from_any_adapter_rank() -> None:
+    """--max-lora-rank is the replica's largest adapter rank (adapter_config.json `r`, read by
+    `catalog validate`) rounded up to one vLLM serves: whatever `r` is, vLLM's parser takes the
+    line. The rounding is needed: the pinned vLLM refuses a rank not in its list (12)."""
+    base = shards("vllm")["one-gpu"]
+    lines = {}
+    for r in (1, 2, 8, 12, 33, 100, 300, 320, 321, 512):
+        s = dataclasses.replace(base, adapters=(ShardAdapter("a", "/var/cache/llmgw/a", r),
+                                                ShardAdapter("b", "/var/cache/llmgw/b", 1)))
+        lines[f"r={r}"] = vllm_lines.parser_words(command(s, LAYOUT))
+    assert {n: w[w.index("--max-lora-rank") + 1] for n, w in lines.items()} == {
+        "r=1": "1", "r=2": "8", "r=8": "8", "r=12": "16", "r=33": "64", "r=100": "128", "r=300": "320",
+        "r=320": "320", "r=321": "512", "r=512": "512"}
+    raw = [*lines["r=12"][:lines["r=12"].index("--max-lora-rank") + 1], "12"]
+    refused = parse_in_venv("vllm", {**lines, "raw 12": raw}, [*lines.values(), raw])
+    assert list(refused) == ["raw 12"] and "12" in refused["raw 12"], refused
 
 
 def test_vllm_refuses_a_catalog_word_that_would_replace_the_model() -> None:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from llmgw.errors import PlanError
 from llmgw.planner import PLAN_VERSION, REASON_CODES, load_plan, make_plan
-from llmgw.planner.schema import PlannedReplica, PlannedShard
+from llmgw.planner.schema import PlannedAdapter, PlannedReplica, PlannedShard
 from llmgw.state import State
 from llmgw.weights.names import cache_name
 from tests.support.plan_inputs import facts, gpu_profile, host, inputs, model
@@ -106,7 +106,9 @@ def test_placed_records_are_the_validated_ones() -> None:
     rep_kw: dict[str, Any] = dict(id="m-1", model="m", profile="p", engine="vllm", shards=[shard],
                                   endpoint="http://10.0.0.1:20000", spec_hash="0123456789abcdef", fabric="ib0",
                                   source="hf://o/r/m.gguf", cache_name=cache_name("hf://o/r/m.gguf"), args=["--x"],
-                                  env={"VLLM_LOGGING_LEVEL": "1"}, trust_remote_code=True)
+                                  env={"VLLM_LOGGING_LEVEL": "1"}, trust_remote_code=True,
+                                  adapters=[PlannedAdapter(name="m-lora", source="hf://o/r/l.gguf",
+                                                           cache_name=cache_name("hf://o/r/l.gguf"))])
     rep = PlannedReplica.placed(**rep_kw)
     validated = PlannedReplica(status="new", **rep_kw)
     assert rep == validated
@@ -222,3 +224,9 @@ def test_the_inputs_digest_follows_every_input_and_not_the_folder(tmp_path: Path
     (two / "facts" / ".hidden.json").write_text("{}")
     (two / "notes.txt").write_text("not an input")
     assert inputs_digest(Site.load(two), empty) == base
+
+
+def test_an_adapter_whose_cache_entry_is_not_its_sources_is_refused() -> None:
+    """A plan file is read back with every check: an edited adapter entry cannot name another cache entry."""
+    with pytest.raises(ValueError, match="adapter m-lora: cache_name 'x' is not the cache entry of its source"):
+        PlannedAdapter(name="m-lora", source="hf://o/r/l.gguf", cache_name="x")

@@ -83,3 +83,18 @@ def test_entries_of_a_repository_not_pinned_yet_are_spared() -> None:
     other = Orphan("n1", "fedcba9876543210-old.gguf", "/var/cache/llmgw/fedcba9876543210-old.gguf", 5)
     assert spare_unpinned({"n1": [mine, other]}, ["hf://org/Big-Model"]) == {"n1": [other]}
     assert spare_unpinned({"n1": [mine]}, ["hf://org/Big-Model@main"]) == {}
+
+
+def test_adapter_weights_a_recorded_replica_loaded_are_not_orphans(example: Path) -> None:
+    """A LoRA adapter removed from the catalog keeps its weights while a replica that loaded it runs."""
+    from llmgw.state import LoadedAdapter
+
+    state = State(lineage="t", replicas=[Replica(
+        id="coder-1", model="coder", profile="cpu", engine="llamacpp", state="ready",
+        endpoint="http://gpu-node-02:20000", adapters=[LoadedAdapter(name="coder-sql", cache_name=cache_name(OLD))],
+        shards=[Shard(node="gpu-node-02", rank=0, port=20000, unit="llmgw-coder-1-0.service")])])
+    write_state(example / "state.json", state)
+    assert orphans(example)["orphans"] == []
+    assert orphans(example)["kept_for_state"] == [
+        {"host": "gpu-node-02", "name": cache_name(OLD), "path": f"/var/cache/llmgw/{cache_name(OLD)}",
+         "replicas": ["coder-1"]}]

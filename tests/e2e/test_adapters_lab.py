@@ -1,0 +1,94 @@
+"""LoRA adapters end to end on the shared lab (issue #37): a catalog gives the tiny model two
+tiny GGUF adapters (scripts/make_tiny_lora_gguf.py, in the model share beside the tiny
+model); `catalog validate` reads their headers; apply fetches them beside the base with the
+weights role and starts llama-server with them; through the router, with the openai client,
+each adapter's name (and alias) answers differently from the base and from the other, the
+same each time (temperature 0, one seed); the router counts each adapter's requests under
+its own name and `/v1/models` lists the adapters with their parent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from llmgw.apply import hosts_for
+from llmgw.inventory import load_inventory
+from llmgw.site import Site
+from tests.support.lab import REPO, Lab, turn
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+MODELS = Path(os.environ.get("LLMGW_CACHE", Path.home() / ".cache" / "llmgw")) / "models"  # /srv/models on the hosts
+METRICS_PORT = 9102
+ASK = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 12, "temperature": 0, "seed": 7}
+CATALOG = """\
+models:
+  - name: tiny
+    aliases: [tiny-chat]
+    source: file:///srv/models/tiny.gguf
+    scaling: {min: 1, max: 1}
+    profiles:
+      - name: cpu
+        engine: llamacpp
+        min_memory_gb: 1
+        args: ["--ctx-size", "2048"]
+    adapters:
+      - name: tiny-sql
+        aliases: [sql]
+        source: file:///srv/models/tiny-lora-1.gguf
+      - name: tiny-poet
+        source: file:///srv/models/tiny-lora-2.gguf
+"""
+
+
+def _adapter(seed: int) -> None:
+    """The adapter in the model share, written whole (another run may read it meanwhile)."""
+    final = MODELS / f"tiny-lora-{seed}.gguf"
+    part = MODELS / f".tiny-lora-{seed}.{os.getpid()}.part"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_tiny_lora_gguf.py"), str(part), "--seed",
+                    str(seed)], check=True, capture_output=True)
+    os.replace(part, final)
+
+
+@pytest.fixture(scope="module")
+def the_lab(shared_lab: Lab) -> Iterator[Lab]:
+    _adapter(1)
+    _adapter(2)
+    address = load_inventory(shared_lab.site / "hosts.yml").nodes["node1"].mgmt_address
+    node1 = {"llmgw_router_metrics_listen": f"{address}:{METRICS_PORT}", "llmgw_router_workers": 1}
+    with turn(shared_lab, catalog={"tiny.yaml": CATALOG}, host_vars={"node1": node1}) as it:
+        yield it
+
+
+def test_two_adapters_on_one_llamacpp_replica_answer_as_themselves(the_lab: Lab) -> None:
+    the_lab.ok("catalog", "validate")  # reads both adapters' GGUF headers (type adapter, llama)
+    plan = the_lab.ok("plan").stdout
+    assert "Plan: 1 to add, 0 to change, 0 to destroy." in plan
+    the_lab.ok("apply", "--auto-approve")
+    [replica] = the_lab.state.replicas
+    assert [a.name for a in replica.adapters] == ["tiny-sql", "tiny-poet"]
+
+    key = hosts_for(Site.load(the_lab.site)).create_key("adapters-e2e")["key"]
+    api = openai.OpenAI(base_url=the_lab.router_url + "/v1", api_key=key, max_retries=0, timeout=30)
+    answers = {}
+    for name in ("tiny", "tiny-sql", "sql", "tiny-poet"):
+        got = [api.chat.completions.create(model=name, **ASK).choices[0].message.content for _ in range(2)]
+        assert got[0] and got[0] == got[1], (name, got)  # temperature 0, one seed: the same each time
+        answers[name] = got[0]
+    assert answers["sql"] == answers["tiny-sql"]
+    assert len({answers["tiny"], answers["tiny-sql"], answers["tiny-poet"]}) == 3, answers
+
+    listed = {m.id: (m.model_extra or {}).get("parent") for m in api.models.list().data}
+    assert listed == {"tiny": None, "tiny-sql": "tiny", "tiny-poet": "tiny"}
+
+    address = load_inventory(the_lab.site / "hosts.yml").nodes["node1"].mgmt_address
+    metrics = httpx.get(f"http://{address}:{METRICS_PORT}/metrics", timeout=10).text
+    for model, n in (("tiny", 2), ("tiny-sql", 4), ("tiny-poet", 2)):
+        assert f'llmgw_requests_total{{model="{model}",status="200"}} {float(n)}' in metrics, model
