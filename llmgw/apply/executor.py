@@ -33,8 +33,7 @@ from llmgw.apply.delivery import deliveries_for
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
-from llmgw.planner import Action, Plan, PlannedReplica, PlannedShard
-from llmgw.planner.schema import loaded_adapters
+from llmgw.planner import Action, Plan, PlannedReplica, PlannedShard, loaded_adapters
 from llmgw.state import LocalBackend, ModelRecord, Replica, ReplicaState, Shard, State, StateBackend, WriteMeta
 
 Say = Callable[[str], None]

@@ -2,7 +2,17 @@
 
 from llmgw.catalog.load import Catalog, Located, load_catalog
 from llmgw.catalog.routes import LocatedRoute
-from llmgw.catalog.schema import CAPABILITIES, Model, Profile, Route, Scaling, format_duration, parse_duration
+from llmgw.catalog.schema import (
+    CAPABILITIES,
+    Model,
+    Profile,
+    Route,
+    Scaling,
+    adapter_profiles,
+    format_duration,
+    parse_duration,
+    profile_adapters,
+)
 
 __all__ = ["CAPABILITIES", "Catalog", "Located", "LocatedRoute", "Model", "Profile", "Route", "Scaling",
-           "format_duration", "load_catalog", "parse_duration"]
+           "adapter_profiles", "format_duration", "load_catalog", "parse_duration", "profile_adapters"]

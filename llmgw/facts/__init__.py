@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmgw.facts.records import Filesystem, Gpu, HostFacts, IbAdapter, IbPort, Unit, Weights
+from llmgw.facts.records import TOPOLOGY_LEVELS, Filesystem, Gpu, HostFacts, IbAdapter, IbPort, Unit, Weights
 
-__all__ = ["Filesystem", "Gpu", "HostFacts", "IbAdapter", "IbPort", "Memo", "Unit", "Weights", "memo_in_use",
-           "use_memo"]
+__all__ = ["TOPOLOGY_LEVELS", "Filesystem", "Gpu", "HostFacts", "IbAdapter", "IbPort", "Memo", "Unit", "Weights",
+           "memo_in_use", "use_memo"]
 
 
 class Memo(Protocol):

@@ -30,6 +30,7 @@ from llmgw.planner.schema import (
     UnitRef,
     Unplaced,
     load_plan,
+    loaded_adapters,
     replica_sort_key,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "UnitRef",
     "Unplaced",
     "load_plan",
+    "loaded_adapters",
     "make_plan",
     "replica_sort_key",
 ]

@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from llmgw import collector
-from llmgw.catalog import Model, Profile, format_duration
-from llmgw.catalog.schema import profile_adapters
+from llmgw.catalog import Model, Profile, format_duration, profile_adapters
 from llmgw.errors import PlanError
 from llmgw.nodetime import DEFAULT_DRAIN_DEADLINE, Liveness, format_time, liveness
 from llmgw.planner import schema

@@ -9,8 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from llmgw.catalog import Model, Profile
-from llmgw.catalog.schema import profile_adapters
+from llmgw.catalog import Model, Profile, profile_adapters
 
 # Defined with the state's schema, which checks every unit name it holds against them.
 from llmgw.state.model import UNIT_RE, endpoint_url, replica_number, unit_name

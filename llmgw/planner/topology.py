@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from llmgw.facts.records import TOPOLOGY_LEVELS, Gpu, IbAdapter
+from llmgw.facts import TOPOLOGY_LEVELS, Gpu, IbAdapter
 
 # A pair's distance: 0 NVLink, then NVML's PCIe levels closest first (internal shares the
 # board, which on the parts that report it means NVLink too).

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from llmgw.catalog import Catalog, Located, Model
-from llmgw.catalog.schema import adapter_profiles
+from llmgw.catalog import Catalog, Located, Model, adapter_profiles
 from llmgw.errors import CatalogError, Problem
 from llmgw.site import Site
 from llmgw.weights.hub import HUB, is_repo_source
