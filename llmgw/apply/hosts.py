@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,9 @@ Progress = Callable[[str, str, int, "int | None"], None]
 FOLLOW_TASK = "Follow the downloads"
 WAIT_TASK = "Ask the router for its replicas"
 KEY_TASK = "Create the key"
-# A file apply appends `<step>\t<task>` to as each Ansible task starts, when this names one:
-# the hook tests use to act inside a step (kill apply mid-way) instead of guessing with sleeps.
+# A file apply appends `<step>\t<task>\t<epoch seconds>` to as each Ansible task starts, when
+# this names one: the hook tests use to act inside a step (kill apply mid-way) instead of
+# guessing with sleeps, and bench/apply_lab.py --runs uses to say where apply's seconds go.
 TRACE_ENV = "LLMGW_APPLY_TRACE"
 
 
@@ -91,7 +93,7 @@ class Hosts:
         def on_event(event: RunEvent) -> None:
             if trace and event.kind == "task_start":
                 with open(trace, "a", encoding="utf-8") as fh:
-                    fh.write(f"{step}\t{event.task}\n")
+                    fh.write(f"{step}\t{event.task}\t{time.time():.3f}\n")
             if progress is None or event.host is None:
                 return
             if event.task == FOLLOW_TASK and event.kind in ("other", "host_ok"):
@@ -112,8 +114,14 @@ class Hosts:
         vars_ = {**self.extra, **extravars}
         if targets is not None:
             vars_["llmgw_apply_targets"] = _pattern(targets)
+        if trace:  # each run's bounds too (lines of their own, "#"-marked): Ansible's start-up is a cost
+            with open(trace, "a", encoding="utf-8") as fh:
+                fh.write(f"#run\t{step}\t{playbook}\t{time.time():.3f}\n")
         result = run_playbook(ansible_content.playbook(playbook), self.inventory_path, extravars=vars_,
                               forks=self.forks, on_event=on_event, capture=capture)
+        if trace:
+            with open(trace, "a", encoding="utf-8") as fh:
+                fh.write(f"#end\t{step}\t{playbook}\t{time.time():.3f}\n")
         if not result.ok:
             detail = [f"{h}: {why}" for h, why in sorted(result.host_errors.items())] or result.output_tail[-8:]
             raise RunnerError(f"{step} failed on {', '.join(sorted(result.host_errors)) or 'the hosts'}",
