@@ -162,29 +162,26 @@ def test_an_engine_in_place_costs_one_check_and_an_edited_binary_is_reinstalled(
     # Whatever the test before left: the tiny replica, ready, on one host (an apply converges it).
     the_lab.ok("apply", "--auto-approve")
     [rep] = the_lab.state.replicas
-    nodes = sorted(load_inventory(Site.load(the_lab.site).inventory).nodes)
-    first, second = [n for n in nodes if n != rep.shards[0].node][:2]
+    here = rep.shards[0].node
+    there = next(n for n in sorted(load_inventory(Site.load(the_lab.site).inventory).nodes) if n != here)
+    move_to(the_lab, there)  # its engine installed (and recorded) there, if it was not before
 
-    # Onto `first`, then onto `second`, then back onto `first`: its engine was installed (and
-    # recorded) by the first move, so the third move's shard costs one check there.
-    move_to(the_lab, first)
-    move_to(the_lab, second)
+    # llama-server edited by hand where the replica was: the re-hash fails there, and the
+    # next shard that host runs comes with the engine installed again (and serving).
+    binary = "/opt/llmgw/engines/llamacpp/*/llama-server"  # one build on the lab's hosts
+    installed = on_host(the_lab, here, f"sha256sum {binary}").split()[0]
+    on_host(the_lab, here, f'for f in {binary}; do printf x >> "$f"; done')
+    assert on_host(the_lab, here, f"sha256sum {binary}").split()[0] != installed
     tasks = Tasks(monkeypatch)
-    move_to(the_lab, first)
-    ran = {task for host, task in tasks.ran if host == first}
-    assert ENGINE_CHECK in ran
-    assert not ran & set(ENGINE_INSTALL), ran & set(ENGINE_INSTALL)
-    assert not [t for h, t in tasks.changed if h == first and t in ENGINE_INSTALL]
+    move_to(the_lab, here)
+    assert (here, ENGINE_CHECK) in tasks.ran
+    assert (here, "Install llama-server") in tasks.changed, tasks.changed
+    assert on_host(the_lab, here, f"sha256sum {binary}").split()[0] == installed
 
-    # llama-server edited by hand on `second`: the re-hash fails there, and the next shard
-    # that host runs comes with the engine installed again (and serving).
-    binary = "/opt/llmgw/engines/llamacpp/*/llama-server"
-    installed = on_host(the_lab, second, f"sha256sum {binary} | cut -d' ' -f1")
-    on_host(the_lab, second, f"printf x >> {binary}")
-    assert on_host(the_lab, second, f"sha256sum {binary} | cut -d' ' -f1") != installed
+    # Back onto the host whose engine is in place as recorded: one check, none of the install.
     tasks.changed.clear()
     tasks.ran.clear()
-    move_to(the_lab, second)
-    assert (second, ENGINE_CHECK) in tasks.ran
-    assert (second, "Install llama-server") in tasks.changed, tasks.changed
-    assert on_host(the_lab, second, f"sha256sum {binary} | cut -d' ' -f1") == installed
+    move_to(the_lab, there)
+    ran = {task for host, task in tasks.ran if host == there}
+    assert ENGINE_CHECK in ran
+    assert not ran & set(ENGINE_INSTALL), ran & set(ENGINE_INSTALL)
