@@ -19,7 +19,9 @@ a busy machine inflates far less than the wall time. Give two checkouts (`--code
 NEW`) to compare them on the same lab, in that order; `--mitogen` runs each checkout a second
 time with Mitogen's strategy for Ansible (`pip install mitogen` first), #33's "measure an
 accelerator against it"; `--rounds N` repeats the whole sequence (ABAB...) and prints medians.
-These machines are shared: compare figures of one run.
+These machines are shared: compare figures of one run. `--runs` also prints, for each step,
+every Ansible run apply made (its playbook and seconds) and the time between them, from
+apply's own trace (llmgw.apply.hosts.TRACE_ENV): where a rolling move's seconds go.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from llmgw.apply.hosts import TRACE_ENV  # noqa: E402
 from llmgw.site import Site  # noqa: E402
 from llmgw.state import read_state  # noqa: E402
 from tests.support.lab import TINY, VENV_BIN, lab, shape  # noqa: E402
@@ -46,8 +49,8 @@ from tests.support.lab import TINY, VENV_BIN, lab, shape  # noqa: E402
 class Meter:
     """Wall, control-host CPU and lab hosts' CPU of the commands run through it."""
 
-    def __init__(self, code: Path, lab_name: str | None, env: dict[str, str]) -> None:
-        self.code, self.lab_name = code, lab_name
+    def __init__(self, code: Path, lab_name: str | None, env: dict[str, str], show_runs: bool = False) -> None:
+        self.code, self.lab_name, self.show_runs = code, lab_name, show_runs
         self.env = {**os.environ, **env, "PYTHONPATH": str(code),
                     "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
@@ -74,8 +77,13 @@ class Meter:
     def run(self, site: Path, *args: str) -> dict[str, float]:
         """Run `llmgw ARGS` against the site; its wall, control CPU and hosts' CPU (exit on failure)."""
         before, hosts0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), self.hosts_cpu(), time.monotonic()
+        trace = Path(tempfile.mkstemp(prefix="llmgw-apply-trace-")[1]) if self.show_runs else None
+        env = {**self.env, TRACE_ENV: str(trace)} if trace is not None else self.env
         done = subprocess.run([str(VENV_BIN / "llmgw"), "-C", str(site), *args], capture_output=True, text=True,
-                              check=False, env=self.env)
+                              check=False, env=env)
+        if trace is not None:
+            print(f"  llmgw {' '.join(args)}: {runs_of(trace)}", flush=True)
+            trace.unlink()
         wall, after, hosts1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN), self.hosts_cpu()
         if done.returncode != 0:
             sys.exit(f"llmgw {' '.join(args)} ({self.code}) failed:\n{done.stdout}\n{done.stderr}")
@@ -83,6 +91,25 @@ class Meter:
         if hosts0 is not None and hosts1 is not None:
             out["hosts_cpu"] = hosts1 - hosts0
         return out
+
+
+def runs_of(trace: Path) -> str:
+    """The Ansible runs of one command, from its trace: `playbook (step) seconds`, and the gaps."""
+    parts: list[str] = []
+    last: float | None = None
+    begun = 0.0
+    for line in trace.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            continue  # a task's start
+        mark, step, playbook, at = line.split("\t")
+        if mark == "#run":
+            if last is not None:
+                parts.append(f"+{float(at) - last:.1f}")
+            begun = float(at)
+        elif mark == "#end":
+            parts.append(f"{playbook} ({step}) {float(at) - begun:.1f}")
+            last = float(at)
+    return ", ".join(parts) or "no Ansible run"
 
 
 def one(meter: Meter, site: Path) -> dict[str, dict[str, float]]:
@@ -120,6 +147,7 @@ def main() -> None:
     ap.add_argument("--site", type=Path, help="a running lab's site (default: a lab of its own)")
     ap.add_argument("--lab-name", help="the running lab's name, for its hosts' CPU (with --site)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--runs", action="store_true", help="print every Ansible run of each step, with its seconds")
     args = ap.parse_args()
     variants: dict[str, tuple[Path, dict[str, str]]] = {}
     for code in (c.resolve() for c in (args.code or [REPO])):
@@ -131,7 +159,7 @@ def main() -> None:
     def sequence(site: Path, lab_name: str | None) -> None:
         for _ in range(args.rounds):
             for name, (code, env) in variants.items():
-                runs[name].append(one(Meter(code, lab_name, env), site))
+                runs[name].append(one(Meter(code, lab_name, env, args.runs), site))
                 print(name, json.dumps(runs[name][-1], default=lambda v: round(v, 1)), flush=True)
 
     if args.site is not None:

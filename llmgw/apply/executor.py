@@ -8,8 +8,9 @@ The order (docs/architecture.md, "Apply: rolling and safe"):
    and delivered to the routers, which must report they know it;
 2. the replicas they replace, one pair at a time: recorded `draining` and delivered;
    every router asked (through Ansible, on its loopback admin API) until it has
-   nothing in flight on them, or the grace period passes; units stopped and removed;
-   the replica removed from the state and delivered again;
+   nothing in flight on them, or the grace period passes; units stopped and removed
+   (in the same Ansible run, and only where every router loaded the draining state:
+   Hosts.drain); the replica removed from the state and delivered again;
 3. destroyed replicas the same way, then units the state never recorded (drift).
 
 A replica going away from a lost node (the plan's `unreached`, llmgw.nodetime) is removed
@@ -23,7 +24,7 @@ which the next apply carries out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,19 +130,30 @@ class Applier:
 
     # -- routers ------------------------------------------------------------------------
 
-    def _deliver(self, present: Sequence[str] = (), idle: Sequence[str] = (), timeout: float = 60.0) -> list[str]:
-        """Give the routers the state and wait until they hold it; returns ids still busy after timeout."""
+    def _deliver(self, present: Sequence[str] = (), idle: Sequence[str] = (), timeout: float = 60.0,
+                 stop: Mapping[str, list[dict[str, Any]]] | None = None) -> list[str]:
+        """Give the routers the state and wait until they hold it; returns ids still busy after timeout.
+
+        `stop` (host -> absent shard entries): stop those shards after the wait, in the same
+        Ansible run (Hosts.drain), and only once every router holds the state."""
         self._undelivered = False
         if not self.hosts.routers:
+            if stop:
+                self.hosts.engines({}, stop, "stop", self.progress)
             return []
         if self._wheelhouse is None:
             self.say("Preparing the router's wheelhouse")
             self._wheelhouse = self.wheelhouse()
         self.say(f"Delivering state serial {self.state.serial} to {', '.join(self.hosts.routers)}"
                  + (f", waiting until {', '.join(idle)} are idle" if idle else ""))
-        views = self.hosts.deliver(self.state_file, self._wheelhouse, serial=self.state.serial, present=present,
-                                   idle=idle, timeout=timeout, state_only=self._routers_checked,
-                                   progress=self.progress)
+        if stop:
+            views = self.hosts.drain(self.state_file, self._wheelhouse, serial=self.state.serial, idle=idle,
+                                     timeout=timeout, stop=stop, state_only=self._routers_checked,
+                                     progress=self.progress)
+        else:
+            views = self.hosts.deliver(self.state_file, self._wheelhouse, serial=self.state.serial, present=present,
+                                       idle=idle, timeout=timeout, state_only=self._routers_checked,
+                                       progress=self.progress)
         self._routers_checked = True
         busy: set[str] = set()
         for v in views:
@@ -244,12 +256,14 @@ class Applier:
             return
         names = [r.id for r in doomed]
         self._mark(names, "draining")
-        self.say(f"Draining {', '.join(names)} (grace {self.grace:g} s)")
-        busy = self._deliver(idle=names, timeout=self.grace)
+        stop = self._stops([(s.node, s.unit) for r in doomed for s in r.shards], unreached)
+        self.say(f"Draining {', '.join(names)} (grace {self.grace:g} s)"
+                 + (f", then stopping {', '.join(sorted(e['unit'] for es in stop.values() for e in es))}"
+                    if stop else ""))
+        busy = self._deliver(idle=names, timeout=self.grace, stop=stop)
         if busy:
-            self.say(f"Grace period over with requests still in flight on {', '.join(busy)}; stopping anyway")
+            self.say(f"Grace period over with requests still in flight on {', '.join(busy)}; stopped anyway")
             self.outcome.grace_expired.extend(busy)
-        self._stop_units([(s.node, s.unit) for r in doomed for s in r.shards], unreached)
         gone = set(names)
         self._set_replicas([r for r in self.state.replicas if r.id not in gone], models=self._models_during())
         self._undelivered = True  # the routers learn it with the next delivery (at the latest, the last)
@@ -269,6 +283,14 @@ class Applier:
                             hint="make a new plan with `llmgw plan` (this one has no replacement to start)")
 
     def _stop_units(self, units: Sequence[tuple[str, str]], unreached: Collection[str] = ()) -> None:
+        by_host = self._stops(units, unreached)
+        if by_host:
+            self.say(f"Stopping {', '.join(sorted(u for _n, u in units))}")
+            self.hosts.engines({}, by_host, "stop", self.progress)
+
+    def _stops(self, units: Sequence[tuple[str, str]],
+               unreached: Collection[str] = ()) -> dict[str, list[dict[str, Any]]]:
+        """host -> absent entries for `units`, leaving out (and saying so) hosts gone or lost."""
         by_host: dict[str, list[dict[str, Any]]] = {}
         for node, unit in units:
             if node not in self.inventory.nodes:
@@ -279,9 +301,7 @@ class Applier:
                          "if it comes back, the next plan stops the unit there as a stray")
                 continue
             by_host.setdefault(node, []).append({"unit": unit_base(unit), "state": "absent"})
-        if by_host:
-            self.say(f"Stopping {', '.join(sorted(u for _n, u in units))}")
-            self.hosts.engines({}, by_host, "stop", self.progress)
+        return by_host
 
     # -- the whole ----------------------------------------------------------------------
 

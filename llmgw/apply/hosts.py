@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,9 @@ Progress = Callable[[str, str, int, "int | None"], None]
 FOLLOW_TASK = "Follow the downloads"
 WAIT_TASK = "Ask the router for its replicas"
 KEY_TASK = "Create the key"
-# A file apply appends `<step>\t<task>` to as each Ansible task starts, when this names one:
-# the hook tests use to act inside a step (kill apply mid-way) instead of guessing with sleeps.
+# A file apply appends `<step>\t<task>\t<epoch seconds>` to as each Ansible task starts, when
+# this names one: the hook tests use to act inside a step (kill apply mid-way) instead of
+# guessing with sleeps, and bench/apply_lab.py --runs uses to say where apply's seconds go.
 TRACE_ENV = "LLMGW_APPLY_TRACE"
 
 
@@ -91,7 +93,7 @@ class Hosts:
         def on_event(event: RunEvent) -> None:
             if trace and event.kind == "task_start":
                 with open(trace, "a", encoding="utf-8") as fh:
-                    fh.write(f"{step}\t{event.task}\n")
+                    fh.write(f"{step}\t{event.task}\t{time.time():.3f}\n")
             if progress is None or event.host is None:
                 return
             if event.task == FOLLOW_TASK and event.kind in ("other", "host_ok"):
@@ -112,8 +114,14 @@ class Hosts:
         vars_ = {**self.extra, **extravars}
         if targets is not None:
             vars_["llmgw_apply_targets"] = _pattern(targets)
+        if trace:  # each run's bounds too (lines of their own, "#"-marked): Ansible's start-up is a cost
+            with open(trace, "a", encoding="utf-8") as fh:
+                fh.write(f"#run\t{step}\t{playbook}\t{time.time():.3f}\n")
         result = run_playbook(ansible_content.playbook(playbook), self.inventory_path, extravars=vars_,
                               forks=self.forks, on_event=on_event, capture=capture)
+        if trace:
+            with open(trace, "a", encoding="utf-8") as fh:
+                fh.write(f"#end\t{step}\t{playbook}\t{time.time():.3f}\n")
         if not result.ok:
             detail = [f"{h}: {why}" for h, why in sorted(result.host_errors.items())] or result.output_tail[-8:]
             raise RunnerError(f"{step} failed on {', '.join(sorted(result.host_errors)) or 'the hosts'}",
@@ -126,6 +134,11 @@ class Hosts:
         """Fetch `weights` and then start or stop `shards` (host -> entries), in one Ansible run."""
         if not weights and not shards:
             return
+        self._run(self.engines_playbook, step, list(shards), self._engine_vars(weights, shards), progress)
+
+    def _engine_vars(self, weights: Mapping[str, list[dict[str, str]]],
+                     shards: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+        """The extra vars of apply.yml's plays for `weights` and `shards`."""
         artifacts = str(self.artifacts) if self.artifacts is not None else ""
         if self.shared_cache is not None:
             weights = fetch_once(weights, self.shared_cache)
@@ -140,11 +153,9 @@ class Hosts:
                        for host, es in shards.items() if not self._has_venv_dirs(host)
                        for e in es if e.get("state", "present") == "present" and e.get("engine") in python_engines()})
         engines = {"llmgw_engine_python_archives": {r: str(engine_wheelhouse(r)) for r in reqs}} if reqs else {}
-        self._run(self.engines_playbook, step, list(shards),
-                  {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,
-                   "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub, **engines,
-                   "llmgw_apply_engine_keys": self._shard_keys(shards)},
-                  progress)
+        return {"llmgw_apply_weights": dict(weights), "llmgw_apply_weight_targets": fetchers,
+                "llmgw_apply_shards": dict(shards), "llmgw_apply_artifacts": artifacts, **hub, **engines,
+                "llmgw_apply_engine_keys": self._shard_keys(shards)}
 
     def _has_venv_dirs(self, host: str) -> bool:
         known = self.inventory.hosts.get(host)
@@ -168,27 +179,58 @@ class Hosts:
         if not self.routers:
             return []
         with tempfile.TemporaryDirectory(prefix="llmgw-dashboard-") as tmp:
-            site: dict[str, str] = {}
-            if not state_only:
-                site = dict(self.dashboard)
-                if self.dashboard_site is not None:
-                    site["llmgw_router_site_bundle"] = str(self.dashboard_site.pack(Path(tmp) / "site.tar"))
             result = self._run("router.yml", "routers", None,
-                               {"llmgw_router_state_src": str(state_file.resolve()),
-                                "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
-                                **site, "llmgw_wait_serial": serial,
-                                "llmgw_router_engine_keys": self._router_keys(state_file),
-                                # What each router shows the controller's demand API, its own
-                                # (apply/controller_token.py); the role picks its host's.
-                                "llmgw_router_controller_tokens": (
-                                    {r: router_token(self.engine_keys, r) for r in self.routers}
-                                    if self.engine_keys is not None else {}),
-                                # What the routers' admin APIs take for a change (apply/admin_token.py).
-                                "llmgw_router_admin_token": (admin_token(self.engine_keys)
-                                                             if self.engine_keys is not None else ""),
-                                "llmgw_wait_present": list(present),
-                                "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))},
+                               self._router_vars(Path(tmp), state_file, wheelhouse, serial=serial, present=present,
+                                                 idle=idle, timeout=timeout, state_only=state_only),
                                progress, capture=[WAIT_TASK])
+        return self._views(result, serial, present, idle)
+
+    def drain(self, state_file: Path, wheelhouse: Path, *, serial: int, idle: Sequence[str], timeout: float,
+              stop: Mapping[str, list[dict[str, Any]]], state_only: bool = False,
+              progress: Progress | None = None) -> list[RouterView]:
+        """`deliver(idle=...)`, then stop `stop`'s shards (host -> absent entries) in the same
+        Ansible run (playbooks/drain.yml), on hosts only once every router has loaded `serial`.
+
+        One run instead of two: each costs Ansible's start-up, the inventory and the role's
+        argument checks, 2-3 s of a rolling move on 2 cores (#33)."""
+        if not self.routers or not stop:
+            views = self.deliver(state_file, wheelhouse, serial=serial, idle=idle, timeout=timeout,
+                                 state_only=state_only, progress=progress)
+            self.engines({}, stop, "stop", progress)
+            return views
+        with tempfile.TemporaryDirectory(prefix="llmgw-dashboard-") as tmp:
+            result = self._run("drain.yml", "drain", list(stop),
+                               {**self._router_vars(Path(tmp), state_file, wheelhouse, serial=serial, present=(),
+                                                    idle=idle, timeout=timeout, state_only=state_only),
+                                **self._engine_vars({}, stop)},
+                               progress, capture=[WAIT_TASK])
+        return self._views(result, serial, (), idle)
+
+    def _router_vars(self, tmp: Path, state_file: Path, wheelhouse: Path, *, serial: int, present: Sequence[str],
+                     idle: Sequence[str], timeout: float, state_only: bool) -> dict[str, Any]:
+        """The extra vars of router.yml's plays (the dashboard's archive packed into `tmp`)."""
+        site: dict[str, str] = {}
+        if not state_only:
+            site = dict(self.dashboard)
+            if self.dashboard_site is not None:
+                site["llmgw_router_site_bundle"] = str(self.dashboard_site.pack(tmp / "site.tar"))
+        return {"llmgw_router_state_src": str(state_file.resolve()),
+                "llmgw_router_wheelhouse": str(wheelhouse), "llmgw_router_state_only": state_only,
+                **site, "llmgw_wait_serial": serial,
+                "llmgw_router_engine_keys": self._router_keys(state_file),
+                # What each router shows the controller's demand API, its own
+                # (apply/controller_token.py); the role picks its host's.
+                "llmgw_router_controller_tokens": (
+                    {r: router_token(self.engine_keys, r) for r in self.routers}
+                    if self.engine_keys is not None else {}),
+                # What the routers' admin APIs take for a change (apply/admin_token.py).
+                "llmgw_router_admin_token": (admin_token(self.engine_keys)
+                                             if self.engine_keys is not None else ""),
+                "llmgw_wait_present": list(present),
+                "llmgw_wait_idle": list(idle), "llmgw_wait_timeout": max(1, int(timeout))}
+
+    def _views(self, result: RunResult, serial: int, present: Sequence[str], idle: Sequence[str]) -> list[RouterView]:
+        """What each router answered the wait for the state (None where it did not)."""
         views = []
         for host in self.routers:
             res = result.results.get(host, {}).get(WAIT_TASK)

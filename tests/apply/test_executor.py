@@ -59,6 +59,15 @@ class Recorder(Hosts):
         state = read_state(state_file)
         return [RouterView("router-1", True, serial, {r.id: 0 for r in state.replicas})]
 
+    def drain(self, state_file: Path, wheelhouse: Path, *, serial: int, idle: Sequence[str], timeout: float,
+              stop: Mapping[str, list[dict[str, Any]]], state_only: bool = False,
+              progress: Progress | None = None) -> list[RouterView]:
+        # One Ansible run in Hosts: the delivery, then the stop (only once the routers hold the state).
+        views = self.deliver(state_file, wheelhouse, serial=serial, idle=idle, timeout=timeout,
+                             state_only=state_only, progress=progress)
+        self.engines({}, stop, "stop", progress)
+        return views
+
 
 @pytest.fixture
 def site(tmp_path: Path) -> Site:

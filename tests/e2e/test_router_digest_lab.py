@@ -1,10 +1,13 @@
-"""The router role does only what changed, and still repairs drift (issue #33), on the shared lab.
+"""The router and engine roles do only what changed, and still repair drift (issue #33), on the shared lab.
 
 The role digests what it installs on the control host and re-hashes the installed files on
 the router in one check (roles/llmgw_router/tasks/check.yml). Shown here with the real role
 on the lab's router: a delivery to a router nothing of changed changes no task and skips
 the install; a router unit edited by hand is written back, reloaded and restarted by the
-next apply that delivers to the routers (a rolling move of the tiny replica).
+next apply that delivers to the routers (a rolling move of the tiny replica). The engine role
+does the same for a host's base install (tasks/check.yml): a shard started on a host whose
+engine is in place as recorded costs one check, and a llama-server edited by hand there is
+installed again with the next shard.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 import llmgw.apply.hosts as hosts_module
 from llmgw.apply import hosts_for
 from llmgw.apply.wheelhouse import wheelhouse
+from llmgw.inventory import load_inventory
 from llmgw.runner import RunEvent, run_playbook
 from llmgw.site import Site
 from tests.support.lab import Lab, turn
@@ -69,7 +73,11 @@ def router_host(it: Lab) -> str:
 
 def on_router(it: Lab, command: str) -> str:
     """What `command` printed on the router host."""
-    host = router_host(it)
+    return on_host(it, router_host(it), command)
+
+
+def on_host(it: Lab, host: str, command: str) -> str:
+    """What `command` printed on `host`."""
     done = it.ansible(host, "-m", "ansible.builtin.shell", "-a", command)
     assert done.returncode == 0, done.stdout + done.stderr
     [play] = json.loads(done.stdout)["plays"]
@@ -126,3 +134,54 @@ def test_an_unchanged_router_costs_one_check_and_a_hand_edited_unit_is_repaired(
     assert MARK not in on_router(the_lab, "systemctl show -p Environment llmgw-router.service")
     assert (router, "Write the router unit") in tasks.changed
     assert (router, "Restart the router") in tasks.changed
+
+
+ENGINE_CHECK = "Check the installed engine against its digest (one re-hash of the installed files)"
+ENGINE_INSTALL = ("Create the engine group", "Create the engine user", "Create the engine user's home",
+                  "Create the llama.cpp folder", "Install llama-server")
+
+
+def move_to(it: Lab, target: str) -> str:
+    """Drain every other node and apply (a rolling move onto `target`); returns where the replica was."""
+    [rep] = it.state.replicas
+    was = rep.shards[0].node
+    for host in load_inventory(Site.load(it.site).inventory).nodes.values():
+        if host.name != target and host.node_state != "cordoned":
+            it.ok("cordon", host.name)
+    if load_inventory(Site.load(it.site).inventory).nodes[target].node_state != "ready":
+        it.ok("uncordon", target)
+    it.ok("drain", was)
+    it.ok("apply", "--auto-approve")
+    [moved] = it.state.replicas
+    assert moved.state == "ready" and moved.shards[0].node == target, moved
+    return was
+
+
+def test_an_engine_in_place_costs_one_check_and_an_edited_binary_is_reinstalled(
+        the_lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever the test before left: the tiny replica, ready, on one host (an apply converges it).
+    the_lab.ok("apply", "--auto-approve")
+    [rep] = the_lab.state.replicas
+    here = rep.shards[0].node
+    there = next(n for n in sorted(load_inventory(Site.load(the_lab.site).inventory).nodes) if n != here)
+    move_to(the_lab, there)  # its engine installed (and recorded) there, if it was not before
+
+    # llama-server edited by hand where the replica was: the re-hash fails there, and the
+    # next shard that host runs comes with the engine installed again (and serving).
+    binary = "/opt/llmgw/engines/llamacpp/*/llama-server"  # one build on the lab's hosts
+    installed = on_host(the_lab, here, f"sha256sum {binary}").split()[0]
+    on_host(the_lab, here, f'for f in {binary}; do printf x >> "$f"; done')
+    assert on_host(the_lab, here, f"sha256sum {binary}").split()[0] != installed
+    tasks = Tasks(monkeypatch)
+    move_to(the_lab, here)
+    assert (here, ENGINE_CHECK) in tasks.ran
+    assert (here, "Install llama-server") in tasks.changed, tasks.changed
+    assert on_host(the_lab, here, f"sha256sum {binary}").split()[0] == installed
+
+    # Back onto the host whose engine is in place as recorded: one check, none of the install.
+    tasks.changed.clear()
+    tasks.ran.clear()
+    move_to(the_lab, there)
+    ran = {task for host, task in tasks.ran if host == there}
+    assert ENGINE_CHECK in ran
+    assert not ran & set(ENGINE_INSTALL), ran & set(ENGINE_INSTALL)
