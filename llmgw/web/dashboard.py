@@ -30,6 +30,7 @@ from llmgw.views.fabrics import fabric_drawing, fabrics_list
 from llmgw.views.live_downloads import DownloadBoard
 from llmgw.views.models import models_view, placement_failures
 from llmgw.views.nodes import node_detail, nodes_view
+from llmgw.views.versions import shown
 from llmgw.views.replicas import idle_text, replicas_view
 from llmgw.views.status import status_view
 from llmgw.views.text import duration, human_bytes
@@ -68,6 +69,7 @@ def _env() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["duration"] = duration
     env.filters["bytes"] = human_bytes
+    env.filters["version"] = shown  # a host-reported version: printable, short
     env.filters["idle"] = idle_text
     env.filters["endpoint"] = short_endpoint
     env.filters["num"] = lambda n: f"{n:,}".replace(",", "\u202f")  # 5 000 000: thin spaces
