@@ -53,14 +53,16 @@ def _order(item: tuple[str, int]) -> tuple[int, tuple[int, ...], str]:
     """Most hosts first; among equal counts the newest version first, then by text (non-numeric last)."""
     version, count = item
     numbers = version_tuple(version) or ()
-    return (-count, tuple(-n for n in numbers) + (1,), version)
+    return (-count, (*(-n for n in numbers), 1), version)
 
 
 def fleet_versions(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per summary name (driver, cuda, rdma_core, ofed): `{"label", "versions": [{"version", "hosts"}], "unknown": hosts}`.
+    """Per summary name (driver, cuda, rdma_core, ofed):
+    `{"label", "versions": [{"version", "hosts"}], "unknown": hosts}`.
 
-    `versions` is a list, ordered as `_order` says (a JSON object's keys get sorted on output); every record counts once per field, so each
-    field's versions plus its unknown add up to the number of records.
+    `versions` is a list, ordered as `_order` says (a JSON object's keys get sorted on
+    output); every record counts once per field, so each field's versions plus its unknown
+    add up to the number of records.
     """
     counts: dict[str, dict[str, int]] = {name: {} for _, name in SUMMARY_FIELDS}
     unknown = dict.fromkeys(counts, 0)
@@ -71,7 +73,8 @@ def fleet_versions(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any
                 unknown[name] += 1
             else:
                 counts[name][v] = counts[name].get(v, 0) + 1
-    return {name: {"label": SUMMARY_LABELS[name], "versions": [{"version": v, "hosts": n} for v, n in sorted(counts[name].items(), key=_order)],
+    return {name: {"label": SUMMARY_LABELS[name],
+                   "versions": [{"version": v, "hosts": n} for v, n in sorted(counts[name].items(), key=_order)],
                    "unknown": unknown[name]}
             for name in counts}
 

@@ -30,10 +30,10 @@ from llmgw.views.fabrics import fabric_drawing, fabrics_list
 from llmgw.views.live_downloads import DownloadBoard
 from llmgw.views.models import models_view, placement_failures
 from llmgw.views.nodes import node_detail, nodes_view
-from llmgw.views.versions import shown
 from llmgw.views.replicas import idle_text, replicas_view
 from llmgw.views.status import status_view
 from llmgw.views.text import duration, human_bytes
+from llmgw.views.versions import shown
 from llmgw.web import fabric_svg
 from llmgw.web.history import history_router
 
