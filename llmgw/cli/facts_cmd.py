@@ -19,6 +19,7 @@ from llmgw.errors import FactsError
 from llmgw.runner import default_forks
 from llmgw.site import Site
 from llmgw.views.text import human_bytes, iso
+from llmgw.views.versions import summary_lines
 
 # Gathering (Ansible's runner) and rich's progress bars are imported by `llmgw facts` when it
 # runs: `llmgw nodes --json` needs neither (a twentieth of its time at 4,096 hosts).
@@ -37,24 +38,9 @@ def when(ts: datetime) -> str:
 # ---------------------------------------------------------------------------- nodes
 
 
-def stack_text(rec: dict[str, Any]) -> str:
-    """The NVIDIA driver and the CUDA it supports, `570.133.20/12.8`; `-` when not reported."""
-    driver, cuda = rec.get("gpu_driver"), rec.get("cuda_version")
-    if driver is None:
-        return UNKNOWN
-    return f"{driver}/{cuda}" if cuda else driver
-
-
-def driver_summary(records: list[dict[str, Any]]) -> dict[str, int]:
-    """The fleet's driver/CUDA versions (as `stack_text` writes them) -> how many nodes run each, most first."""
-    counts: dict[str, int] = {}
-    for r in records:
-        if r.get("gpu_driver"):
-            counts[stack_text(r)] = counts.get(stack_text(r), 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
 def node_row(rec: dict[str, Any]) -> list[str]:
+    from rich.markup import escape  # rich is imported by the table alone: `nodes --json` needs none of it
+
     gpus = rec["gpus"]
     disk = rec["disk"]
     if disk is None:
@@ -81,20 +67,19 @@ def node_row(rec: dict[str, Any]) -> list[str]:
         UNKNOWN if rec["memory_mb"] is None else human_bytes(rec["memory_mb"] * 1024 * 1024),
         disk_text,
         UNKNOWN if classes is None else (",".join(classes) or "none"),
-        stack_text(rec),
+        escape(rec["stack"]),  # host data: no rich markup in it (llmgw.views.versions keeps it printable)
         UNKNOWN if rec["fabrics"] is None else (",".join(rec["fabrics"]) or "none"),
         str(len(rec["replicas"])),
         seen,
     ]
 
 
-def nodes_report(site: Site) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every inventory node as a record (the dashboard's nodes page shows the same), and notes."""
+def nodes_report(site: Site) -> dict[str, Any]:
+    """Every inventory node as a record, the fleet's versions and notes (the dashboard's nodes page shows the same)."""
     from llmgw.views.nodes import nodes_view
     from llmgw.views.planned import load_site_data
 
-    view = nodes_view(load_site_data(site))
-    return view["nodes"], view["notes"]
+    return nodes_view(load_site_data(site))
 
 
 # ---------------------------------------------------------------------------- facts
@@ -194,19 +179,20 @@ def facts_command(app: AppContext, limit: str | None, forks: int, install_nvml: 
 @pass_app
 @collector.paused()  # a short-lived process: see llmgw.collector
 def nodes_command(app: AppContext, as_json: bool) -> None:
-    """Every node: state, free/total GPUs, memory, disk, GPU classes, driver/CUDA, fabrics, replicas, last seen.
+    """Every node: state, free/total GPUs, memory, disk, GPU classes, host stack, fabrics, replicas, last seen.
 
     `-` means the host did not report it (unknown, not zero). Unhealthy GPUs are
-    listed under the table with their reasons.
+    listed under the table with their reasons, then how many hosts run each NVIDIA driver,
+    CUDA, rdma-core and MLNX_OFED version (`versions` in --json; unknown counted apart).
     """
-    records, notes = nodes_report(app.site)
-    drivers = driver_summary(records)
+    view = nodes_report(app.site)
+    records, notes = view["nodes"], view["notes"]
     if as_json:
-        output.print_json({"nodes": records, "notes": notes, "drivers": drivers})
+        output.print_json(view)
         return
     from rich.console import Console
 
-    columns = ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "DRIVER/CUDA", "FABRICS", "REPLICAS", "LAST SEEN"]
+    columns = ["NODE", "STATE", "GPUS", "MEM", "DISK", "CLASSES", "STACK", "FABRICS", "REPLICAS", "LAST SEEN"]
     # Piped or captured output gets room for every column instead of folding cells.
     console = output.console if output.console.is_terminal else Console(highlight=False, width=200)
     console.print(output.table(columns, [node_row(r) for r in records]))
@@ -224,9 +210,11 @@ def nodes_command(app: AppContext, as_json: bool) -> None:
         output.console.print("\nGPUs placement leaves out (cordoned, or of unknown health):")
         for line in left_out:
             output.console.print(line, markup=False, soft_wrap=True)
-    if drivers:
-        output.console.print("\nNVIDIA drivers: " + ", ".join(
-            f"{d} on {n} node{'s' if n != 1 else ''}" for d, n in drivers.items()), markup=False, soft_wrap=True)
+    versions = summary_lines(view["versions"])
+    if versions:
+        output.console.print("\nHost stack versions:")
+        for line in versions:
+            output.console.print(f"  {line}", markup=False, soft_wrap=True)
     stale = [r for r in records if r["stale_since"]]
     if stale:
         output.console.print("\nStale facts (host not reached at the last `llmgw facts`):")

@@ -16,6 +16,7 @@ from llmgw.views.held import node_weights
 from llmgw.views.placement import Held
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import iso
+from llmgw.views.versions import UNKNOWN, fleet_versions, stack_text
 
 
 def gpu_holders(data: SiteData) -> dict[str, dict[int, str]]:
@@ -72,7 +73,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
         "disk": None, "fabrics": fabrics_of(data, name, facts), "replicas": replicas, "last_seen": None,
         "stale_since": None, "stale_reason": None, "unhealthy_gpus": [], "weights": None,
         "gpu_driver": None, "cuda_version": None, "left_out_gpus": [],
-        "fabric_manager": None, "rdma_core": None, "ofed": None,
+        "fabric_manager": None, "rdma_core": None, "ofed": None, "stack": UNKNOWN,
         "drain_deadline": iso(host.drain_deadline) if host.drain_deadline and host.node_state == "draining" else None,
         "condition": None, "condition_reason": None, "lost_at": None,
     }
@@ -91,6 +92,7 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
     rec["cpus"] = facts.cpus
     rec["gpu_driver"], rec["cuda_version"] = facts.gpu_driver, facts.cuda_version
     rec["fabric_manager"], rec["rdma_core"], rec["ofed"] = facts.fabric_manager, facts.rdma_core, facts.ofed
+    rec["stack"] = stack_text(rec)
     if facts.gpus is None:
         rec["gpus_unknown_reason"] = facts.gpus_unknown_reason
     else:
@@ -112,7 +114,8 @@ def node_record(data: SiteData, name: str, holders: dict[int, str], replicas: li
 def nodes_view(data: SiteData) -> dict[str, Any]:
     holders, replicas, held = gpu_holders(data), replicas_by_node(data), data.held
     nodes = [node_record(data, n, holders.get(n, {}), replicas.get(n, []), held) for n in sorted(data.inventory.nodes)]
-    return {"nodes": nodes, "notes": list(data.notes)}
+    # `versions`: hosts per driver, CUDA, rdma-core and OFED version (llmgw.views.versions).
+    return {"nodes": nodes, "versions": fleet_versions(nodes), "notes": list(data.notes)}
 
 
 def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
 from llmgw.views.status import status_view
 from llmgw.views.text import duration, human_bytes
+from llmgw.views.versions import shown
 from llmgw.web import fabric_svg
 from llmgw.web.history import history_router
 
@@ -68,6 +69,7 @@ def _env() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["duration"] = duration
     env.filters["bytes"] = human_bytes
+    env.filters["version"] = shown  # a host-reported version: printable, short
     env.filters["idle"] = idle_text
     env.filters["endpoint"] = short_endpoint
     env.filters["num"] = lambda n: f"{n:,}".replace(",", "\u202f")  # 5 000 000: thin spaces
