@@ -189,6 +189,12 @@ def parse_request(body: bytes) -> tuple[dict[str, Any], str]:
     return req, model
 
 
+def _on_demand_base(table: RoutingTable, target: ModelEntry) -> str | None:
+    """The on-demand base of a LoRA adapter's entry, or None."""
+    base = table.models.get(target.base) if target.base else None
+    return base.name if base is not None and base.on_demand else None
+
+
 def upstream_body(req: dict[str, Any], raw: bytes, model: str, inject_usage: bool,
                   budget: Budget | None = None, lora: list[dict[str, float | int]] | None = None) -> bytes:
     """The body for the engine: the client's bytes, unless the model name or usage must
@@ -407,15 +413,19 @@ class Proxy:
         # Normal pass, then panic: the ejected `ready` replicas of the chain, rather than a 503.
         for panic in (False, True):
             for target in table.chain(entry):
-                if target.on_demand and not panic:
-                    self.ondemand.touch(target.name)
+                # What starts on demand: the model, or for a LoRA adapter its base (the adapter's
+                # requests keep the base from idling; its replicas load the adapter at start).
+                demand = target.name if target.on_demand else _on_demand_base(self.table(), target)
+                if demand is not None and not panic:
+                    self.ondemand.touch(demand)
                     if not target.routable(time.monotonic()):
                         try:
-                            await self.ondemand.ensure(target.name, send if isinstance(send, HeldStream) else None)
+                            await self.ondemand.ensure(demand, send if isinstance(send, HeldStream) else None)
                         except RouterError as err:
                             refusal = refusal or err
                             continue
-                        target = self.table().models.get(target.name, target)
+                        fresh_table = self.table()
+                        target = (fresh_table.adapters if target.base else fresh_table.models).get(target.name, target)
                 while attempts < self.settings.max_attempts:
                     replica = target.pick(tried, time.monotonic(), panic=panic,
                                           prefix=flight.call.prefix_key() if target.by_prefix else None)

@@ -78,3 +78,40 @@ def test_each_adapter_answers_as_itself_on_the_replica_that_has_it(
 
     metrics = HTTP.get(router.admin_url + "/metrics").text
     assert 'llmgw_requests_total{model="tiny-sql",status="200"} 4.0' in metrics
+
+
+def test_an_adapter_of_an_on_demand_model_starts_its_base_and_is_held_until_it_serves(
+        engines: Callable[..., Engine], state: StateFile, start_router: Callable[..., RunningRouter],
+        api_key: str, tmp_path: Path) -> None:
+    """No replica of the base runs: a request for its adapter asks the controller for the base
+    (tests/router/test_router_ondemand.py's stand-in, starting a real llama-server with the
+    adapter as the base's replicas load it), is held, and is answered by the adapter."""
+    from llmgw.router.ondemand import Answer
+
+    lora = _adapter(tmp_path / "sql.gguf", 1)
+    base = model("lazy", min=0, idle_timeout=30).model_copy(update={"adapters": [AdapterRecord(name="lazy-sql")]})
+    state.write([base], [])
+    asked: list[str] = []
+    started: list[Engine] = []
+
+    class Controller:
+        name = "router-a"
+
+        async def ask(self, model_name: str) -> Answer:
+            asked.append(model_name)
+            if not started:
+                started.append(engines("lazy", extra=("--lora", str(lora))))
+                state.write([base], [replica("lazy-1", "lazy", started[0].endpoint).model_copy(
+                    update={"adapters": [LoadedAdapter(name="lazy-sql")]})])
+            return Answer("ready")
+
+        async def report(self, report: dict[str, object]) -> None:
+            pass
+
+    router = start_router(state.path, activator=Controller())
+    got = router.client(api_key).chat.completions.create(model="lazy-sql", **ASK)
+    assert asked and set(asked) == {"lazy"}  # the base is what was asked for, never the adapter
+    direct = started[0].client().chat.completions.create(model="lazy", **ASK,
+                                                         extra_body={"lora": [{"id": 0, "scale": 1.0}]})
+    assert got.choices[0].message.content == direct.choices[0].message.content
+    assert router.replica("lazy-1")["requests"] == 1
