@@ -22,8 +22,9 @@ ENTRY_POINTS = ("llmgw.router.asgi", "llmgw.router.server", "llmgw.router.worker
 # after; 76 once the same round's features landed beside it: what the router itself serves
 # (catalog.routes: weighted routes; store.batches: the Batch API; engines.descriptor) and
 # one-rule modules the planner and the views share so the views need no planner (gpus,
-# idle, nodetime, stack, views.held).
-MOST = 76
+# idle, nodetime, stack, views.held). 76 again after the next round took llmgw.facts.memo out
+# and brought state.capabilities in; 77 with views.versions, the dashboard's host-stack column.
+MOST = 77
 NEVER = ("llmgw.planner", "llmgw.apply", "llmgw.controller", "llmgw.runner", "llmgw.edits",
          "llmgw.facts.gather", "llmgw.cli")
 
