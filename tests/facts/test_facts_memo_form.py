@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import llmgw.facts as facts_pkg
 from llmgw.facts import cache as facts_cache
 from llmgw.facts import memo, records
 from llmgw.facts.cache import read_facts, write_facts
@@ -141,6 +142,7 @@ def test_every_record_class_inside_hostfacts_is_packed_flat() -> None:
 def test_read_facts_from_the_memo_equals_read_facts_from_files(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMGW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(facts_pkg, "_memo", memo)  # as the bastion's CLI does (use_memo)
     for i, variant in enumerate(VARIANTS):
         write_facts(tmp_path / "facts", HostFacts.model_validate({**variant, "host": f"h{i}"}))
     plain = read_facts(tmp_path / "facts", memo_min=10**9)
@@ -158,6 +160,7 @@ def test_read_facts_from_the_memo_equals_read_facts_from_files(tmp_path: Path,
 
 def test_a_memo_in_another_form_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMGW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(facts_pkg, "_memo", memo)  # as the bastion's CLI does (use_memo)
     write_facts(tmp_path / "facts", HostFacts.model_validate(FULL))
     where = (tmp_path / "facts").resolve()
     plain = read_facts(tmp_path / "facts", memo_min=10**9)
@@ -191,6 +194,7 @@ def test_a_memo_in_another_form_is_a_miss(tmp_path: Path, monkeypatch: pytest.Mo
 @pytest.mark.parametrize("damage", [b"", memo.MAGIC, memo.MAGIC + bytes(memo.DIGEST_BYTES), b"x" * 100])
 def test_a_short_or_empty_memo_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: bytes) -> None:
     monkeypatch.setenv("LLMGW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(facts_pkg, "_memo", memo)  # as the bastion's CLI does (use_memo)
     where = tmp_path.resolve()
     memo.store("facts", where, "key", ["value"])
     assert memo.load("facts", where, "key") == ["value"]

@@ -163,4 +163,5 @@ def test_ansible_localhost_gpu_facts_no_gpus_with_the_reason() -> None:
     assert out["ansible_facts"] == {
         "llmgw_gpus": None,
         "llmgw_gpus_unknown_reason": "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) is not installed",
-        "llmgw_gpu_host": {"driver_version": None, "cuda_version": None, "kernel_log": None, "notes": []}}
+        "llmgw_gpu_host": {"driver_version": None, "cuda_version": None, "fabric_manager": None,
+                           "kernel_log": None, "notes": []}}
