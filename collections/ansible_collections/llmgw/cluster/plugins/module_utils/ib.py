@@ -12,21 +12,18 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ansible_collections.llmgw.cluster.plugins.module_utils.topology import device_bus_id, numa_node, pci_root
+from ansible_collections.llmgw.cluster.plugins.module_utils.topology import (
+    device_bus_id,
+    numa_node,
+    pci_root,
+    read_text,
+)
 
 Run = Callable[[List[str]], Tuple[int, str, str]]
 FactDict = Dict[str, Any]
 
 IB_CLASS = "/sys/class/infiniband"
 MISSING_TOOL = "ibnetdiscover is not installed (Debian/Ubuntu: infiniband-diags, RHEL: infiniband-diags)"
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
 
 
 def guid(text: Optional[str]) -> Optional[str]:
@@ -90,17 +87,17 @@ def read_adapters(root: str = "/") -> List[FactDict]:
             pdir = os.path.join(folder, "ports", port)
             ports.append({
                 "port": int(port),
-                "state": _state(_read(os.path.join(pdir, "state"))),
-                "rate": _read(os.path.join(pdir, "rate")),
-                "link_layer": _read(os.path.join(pdir, "link_layer")),
-                "port_guid": port_guid_from_gid(_read(os.path.join(pdir, "gids", "0"))),
+                "state": _state(read_text(os.path.join(pdir, "state"))),
+                "rate": read_text(os.path.join(pdir, "rate")),
+                "link_layer": read_text(os.path.join(pdir, "link_layer")),
+                "port_guid": port_guid_from_gid(read_text(os.path.join(pdir, "gids", "0"))),
                 # Not facts llmgw keeps; used to tell fabrics apart when choosing probes.
-                "_sm_lid": _int(_read(os.path.join(pdir, "sm_lid"))),
-                "_subnet_prefix": (_read(os.path.join(pdir, "gids", "0")) or "")[:19] or None,
+                "_sm_lid": _int(read_text(os.path.join(pdir, "sm_lid"))),
+                "_subnet_prefix": (read_text(os.path.join(pdir, "gids", "0")) or "")[:19] or None,
             })
         bus = device_bus_id(root, os.path.join(IB_CLASS, name, "device"))
-        adapters.append({"name": name, "node_guid": guid(_read(os.path.join(folder, "node_guid"))),
-                         "node_desc": _read(os.path.join(folder, "node_desc")), "ports": ports,
+        adapters.append({"name": name, "node_guid": guid(read_text(os.path.join(folder, "node_guid"))),
+                         "node_desc": read_text(os.path.join(folder, "node_desc")), "ports": ports,
                          # Where it sits, so NCCL is given the adapters nearest a shard's GPUs.
                          "pci_bus_id": bus, "numa_node": numa_node(root, bus), "pci_root": pci_root(root, bus)})
     return adapters

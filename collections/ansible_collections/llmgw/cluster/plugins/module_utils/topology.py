@@ -25,7 +25,8 @@ _BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _ROOT = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 
 
-def _read(path: str) -> Optional[str]:
+def read_text(path: str) -> Optional[str]:
+    """A sysfs attribute's text, stripped; None where the file cannot be read."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read().strip()
@@ -38,7 +39,7 @@ def numa_node(root: str, bus_id: Optional[str]) -> Optional[int]:
     None when not known, including the kernel's -1 (a machine without NUMA information)."""
     if not bus_id or not _BUS_ID.match(bus_id):
         return None
-    text = _read(os.path.join(root, "sys/bus/pci/devices", bus_id, "numa_node"))
+    text = read_text(os.path.join(root, "sys/bus/pci/devices", bus_id, "numa_node"))
     try:
         value = int(text) if text is not None else -1
     except ValueError:
