@@ -90,6 +90,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                else len(LAB_LONGEST_FIRST))
 
 
+@pytest.fixture(autouse=True)
+def _memo_per_test() -> Iterator[None]:
+    """The CLI switches the facts memo on for its process (llmgw.cli, use_memo); a test that runs
+    it in-process must not leave it on for the next test, which would then pass or fail by order."""
+    import llmgw.facts as facts_pkg
+
+    before = facts_pkg.memo_in_use()
+    yield
+    facts_pkg.use_memo(before)
+
+
 @pytest.fixture
 def site(tmp_path: Path) -> Callable[..., Path]:
     """Make a site under tmp_path: site(files={"catalog/a.yaml": "..."}) -> its folder."""
