@@ -66,7 +66,9 @@ def test_a_light_group_gets_the_next_free_slot_while_a_heavy_one_sends_8x(
         wait_until(lambda: queue_length(rr.admin_url, "heavy") >= 4, 30, "heavy requests waiting in the router")
         loaded = light_requests(rr.base_url, light_key, 15)
         window = (loaded[0].start, loaded[-1].end)
-    served = [h for h in heavy if h.status == 200 and window[0] <= h.start and h.end <= window[1]]
+    # Served in the window: ended in it. The other slot is mid-request when the window opens
+    # and when it closes, so a request started before it counts and one ending after does not.
+    served = [h for h in heavy if h.status == 200 and window[0] <= h.end <= window[1]]
     ratio = ttft_p50(loaded) / ttft_p50(alone)
     print(f"\nlight TTFT p50 alone {ttft_p50(alone) * 1000:.1f} ms; with the heavy group sending 8x "
           f"{ttft_p50(loaded) * 1000:.1f} ms (ratio {ratio:.2f}); light waited in the router "
@@ -79,8 +81,10 @@ def test_a_light_group_gets_the_next_free_slot_while_a_heavy_one_sends_8x(
     # ... yet no light request waited behind more than one start: the first slot to free
     # (at most one more when two free at once, or the heavy group's counter was behind).
     assert max(t.passed or 0 for t in loaded) <= 1, [t.passed for t in loaded]
-    # Not starved: with one client the light group holds at most one of the two slots.
-    assert len(served) >= len(loaded)
+    # Not starved: with one client the light group holds at most one of the two slots, so the
+    # heavy group finishes about as many in the window (one fewer where the window closes
+    # before the other slot's request ends).
+    assert len(served) >= len(loaded) - 1
 
 
 def test_with_headroom_a_light_groups_request_finds_a_free_slot_while_a_heavy_one_sends_8x(
