@@ -113,9 +113,13 @@ def send_requests(m: Metered) -> None:
     api = openai.OpenAI(base_url=m.lab.router_url + "/v1", api_key=key, max_retries=0, timeout=120)
     try:
         for i in range(STREAMS):
-            if i == 1:  # a series first scraped with its count in it has no rate: let Prometheus see one
-                wait_until(lambda: instant(m.prometheus, "llmgw_time_to_first_token_seconds_count"), 60,
-                           "the first request in Prometheus")
+            if i == 1:  # a series first scraped with its count in it has no rate: let Prometheus see one.
+                # Both histograms of a stream: TTFT is observed at its first event, the inter-token
+                # latency at its end, so a scrape between them has the one and not the other (and
+                # under load, with scrapes missed, the others may all end before the next one).
+                for series in ("llmgw_time_to_first_token_seconds_count", "llmgw_inter_token_latency_seconds_count"):
+                    wait_until(lambda series=series: instant(m.prometheus, series), 60,
+                               f"the first stream's {series} in Prometheus")
             chunks = list(api.chat.completions.create(model="tiny", max_tokens=16, stream=True,
                                                       messages=[{"role": "user", "content": "hello"}]))
             assert chunks
