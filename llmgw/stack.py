@@ -21,6 +21,7 @@ engine role refuses a GPU shard on a host whose loaded driver is older anyway
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Callable
@@ -69,6 +70,9 @@ def version_tuple(text: str) -> tuple[int, ...] | None:
     return None if m is None else tuple(int(p) for p in m.group(1).split("."))
 
 
+# A fleet runs few driver versions and a catalog asks few requirements, while the planner asks
+# every node once per kind of shard: the answers are remembered (both are pure functions of text).
+@functools.lru_cache(maxsize=4096)
 def meets(version: str, spec: str) -> bool:
     have = version_tuple(version)
     if have is None:
@@ -106,6 +110,7 @@ def requirements(own: StackRequires, engine: Engine, gpus: int) -> tuple[Require
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=1024)
 def _floor(spec: str) -> tuple[int, ...]:
     """The lowest version a requirement admits, as far as its lower bounds say: how strict it is."""
     floors = [tuple(int(p) for p in m.group(2).split(".")) for c in spec.split(",")
