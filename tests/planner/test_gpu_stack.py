@@ -5,13 +5,18 @@ profile's own requirement; the build's is judged where the version is known."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from llmgw.planner import make_plan
 from llmgw.stack import meets
 from tests.planner.test_placement import placed_on, reasons
+from tests.support.cli import run_cli
 from tests.support.plan_inputs import facts, gpu_profile, host, inputs, model
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "example"
 
 
 def stacked(name: str, driver: str | None, cuda: str | None):  # type: ignore[no-untyped-def]
@@ -88,3 +93,11 @@ def test_a_bad_requirement_says_how_to_write_one(bad: str) -> None:
 def test_only_driver_and_cuda_can_be_required() -> None:
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         model("m", gpu_profile(gpus=1, requires={"nccl": ">=2.21"}))
+
+
+def test_explain_names_the_driver_the_wheel_and_the_stricter_requirement() -> None:
+    """The example's gpu-node-10 (driver 535, CUDA 12.2) under `h200-tp8` (vLLM, requires driver >= 570)."""
+    result = run_cli("-C", str(EXAMPLE), "explain", "llama-4-maverick")
+    assert result.exit_code == 0, result.stderr
+    assert ("    gpu-node-10: driver 535.183.01 supports CUDA 12.2; vLLM 0.32.0's wheel is built for CUDA 13.0 "
+            "(needs driver >=580, stricter than the profile's >=570)\n") in result.stdout
