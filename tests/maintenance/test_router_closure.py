@@ -23,10 +23,12 @@ ENTRY_POINTS = ("llmgw.router.asgi", "llmgw.router.server", "llmgw.router.worker
 # (catalog.routes: weighted routes; store.batches: the Batch API; engines.descriptor) and
 # one-rule modules the planner and the views share so the views need no planner (gpus,
 # idle, nodetime, stack, views.held). 76 again after the next round took llmgw.facts.memo out
-# and brought state.capabilities in; 77 with views.versions, the dashboard's host-stack column.
-MOST = 77
+# and brought state.capabilities in; 77 with views.versions, the dashboard's host-stack column;
+# 67 once the fabric views were made at apply (views.fabric_copy: no llmgw.fabric parser).
+MOST = 67
+# The fabric parser: a router shows the fabrics apply mapped on the bastion (views.fabric_copy).
 NEVER = ("llmgw.planner", "llmgw.apply", "llmgw.controller", "llmgw.runner", "llmgw.edits",
-         "llmgw.facts.gather", "llmgw.cli")
+         "llmgw.facts.gather", "llmgw.cli", "llmgw.fabric", "llmgw.views.fabrics", "llmgw.views.planned")
 
 
 def closure(roots: tuple[str, ...]) -> dict[str, list[str]]:
