@@ -93,7 +93,12 @@ def planned_placement(data: SiteData) -> Placement:
                                                         if a.code == "drain_deadline" and a.replica)),
                      weights_nodes={m: tuple(ns) for m, ns in held.nodes_of.items()},
                      weights_at={n: {path: tuple(ms) for path, ms in at.items()} for n, at in held.at.items()},
-                     pins=pins)
+                     pins=pins, cache_names=dict(cache_names(data)))
+
+
+def cache_names(data: SiteData) -> dict[str, str]:
+    """Each catalog model's weights cache entry, by the one naming rule (llmgw.weights.names)."""
+    return {m.name: cache_name(m.source) for m in data.catalog}
 
 
 def _host_map(data: SiteData) -> HostFabricMap:
@@ -119,7 +124,7 @@ def _parsed_fabrics(data: SiteData) -> FabricViews:
 
 
 BASTION = Loaders(fabric_map=_parsed_map, fabrics=_parsed_fabrics, placement=planned_placement,
-                  held=lambda data: held_by_plan(plan_inputs(data)))
+                  held=lambda data: held_by_plan(plan_inputs(data)), cache_names=cache_names)
 
 
 def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:

@@ -52,6 +52,7 @@ class Loaders:
     fabrics: Callable[[SiteData], FabricViews]  # the fabric pages' and a node detail's answers
     placement: Callable[[SiteData], Placement]
     held: Callable[[SiteData], Held]  # whose weights are where, without a whole plan
+    cache_names: Callable[[SiteData], Mapping[str, str]]  # model -> its weights cache entry, without a plan
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class SiteData:
             return self.loaders.held(self)
 
     @cached_property
+    def cache_names(self) -> Mapping[str, str]:
+        """Each catalog model's weights cache entry: named here (bastion) or shipped by apply (router)."""
+        return self.loaders.cache_names(self)
+
+    @cached_property
     def fabrics(self) -> FabricViews:
         """Every fabric whole (switches, cables, adapters), made when first asked: the fabric
         pages and a node's detail (its adapters) need it, the lists and the glance do not (at
@@ -109,7 +115,7 @@ def _copied_fabrics(data: SiteData) -> FabricViews:
 # A router's: the fabrics and the placement the last apply made on the bastion and shipped.
 COPY = Loaders(fabric_map=_copied_map, fabrics=_copied_fabrics,
                placement=lambda data: read_placement(data.site.root),
-               held=lambda data: data.placement.held())
+               held=lambda data: data.placement.held(), cache_names=lambda data: data.placement.cache_names)
 
 
 def load_site_data(site: Site, *, loaders: Loaders, now: datetime | None = None) -> SiteData:

@@ -26,8 +26,8 @@ from llmgw import collector
 from llmgw.errors import FabricError, LlmgwError
 from llmgw.state.summary import site_state_summary, summary_line
 from llmgw.views import Runtime, SiteData, SiteDataCache
+from llmgw.views.download_board import DownloadBoard
 from llmgw.views.fabric_copy import overview as fabric_overview
-from llmgw.views.live_downloads import DownloadBoard
 from llmgw.views.models import models_view, placement_failures
 from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
