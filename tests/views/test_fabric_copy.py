@@ -179,3 +179,13 @@ def test_a_copy_from_before_fabrics_were_shipped_parses_nothing(tmp_path: Path) 
     data = _copy(root)
     assert data.fabric_map.glances == {} and fabrics_list(data) == []
     assert data.fabric_notes and data.fabric_notes[0].startswith("fabrics not known here: no ")
+
+
+def test_a_router_keeps_the_last_pages_read_only(shipped: Path) -> None:
+    fabrics = _copy(shipped).fabrics
+    assert isinstance(fabrics, CopiedFabrics)
+    first = fabrics.page(H100)
+    assert fabrics.page(H100) is first  # its page, its topology, its nodes: one read
+    fabrics.KEEP_PAGES = 1
+    fabrics.page(A100)
+    assert fabrics.page(H100) is not first  # read again: only the last is kept
