@@ -41,7 +41,9 @@ from fastapi import FastAPI
 from playwright.sync_api import Page, sync_playwright
 from views import applied_site  # type: ignore[import-not-found]
 
+from llmgw.site import Site
 from llmgw.views import Runtime
+from llmgw.views.planned import site_copy_files
 from llmgw.views.sitedata import SiteDataCache
 from llmgw.web.dashboard import DashboardSources, dashboard_router
 
@@ -105,7 +107,10 @@ def free_port() -> int:
 
 
 def serve(root: Path) -> tuple[uvicorn.Server, str]:
-    """The dashboard over the site, on a loopback port, in a thread of this process."""
+    """The dashboard over the site, on a loopback port, in a thread of this process; the
+    fabrics, placement and fleet made first as apply makes them for a router's site copy."""
+    for name, data in site_copy_files(Site.load(root)).items():
+        (root / name).write_bytes(data)
     app = FastAPI()
     app.include_router(dashboard_router(DashboardSources(
         site=SiteDataCache(root), runtime=lambda: Runtime.unknown("not asked in a benchmark"))))

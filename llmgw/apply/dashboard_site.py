@@ -13,9 +13,10 @@ llmgw reads (DASHBOARD_VARS). `hosts.yml` in the archive is written from the inv
 llmgw reads it (any form Ansible accepts), holding those vars alone: an allow-list, so a
 secret under a name nobody thought of stays on the control host too.
 
-What the dashboard shows as unplaceable and the fleet gauges' numbers are planned on the
-bastion, at apply, and shipped as `placement.json` and `fleet.json` (llmgw.views.placement,
-llmgw.views.fleet): the router process never imports the planner (#34).
+What the dashboard shows as unplaceable, the fleet gauges' numbers and the fabrics are made
+on the bastion, at apply, and shipped as `placement.json`, `fleet.json`, `fabrics.json` and a
+`fabric-<id>.json` per fabric (llmgw.views.placement, llmgw.views.fleet, llmgw.views.fabric_copy):
+the router process imports neither the planner nor the fabric parser (#34).
 
 The archive is deterministic (names sorted, times, owners and modes fixed), so the same
 files give the same bytes and an unchanged site is not sent again. It holds only plain

@@ -50,7 +50,7 @@ def router_options(fn: F) -> F:
 
 def get_runtime(data: SiteData, routers: Sequence[str], no_router: bool) -> Runtime:
     from llmgw.views import Runtime
-    from llmgw.views.runtime import Target, fetch_runtime
+    from llmgw.views.ask_routers import Target, fetch_runtime
     from llmgw.views.tunnel import routes_for
 
     if no_router:

@@ -8,7 +8,6 @@ by name: many fabrics have switches that all carry the same factory description.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ from llmgw.fabric.parse import parse_ibnetdiscover
 from llmgw.fabric.rails import rail_places, sets_aligned
 from llmgw.fabric.structure import Adapter, Fabric, natural_key
 from llmgw.facts import HostFacts
+from llmgw.ibref import find_fabric_id
 
 
 @dataclass
@@ -55,24 +55,8 @@ class FabricIndex:
     # -- lookups ---------------------------------------------------------------------
 
     def find(self, ref: str) -> Fabric:
-        """A fabric by id, by unique id prefix, or by its GUID with or without `ib-`."""
-        if ref in self.fabrics:
-            return self.fabrics[ref]
-        wanted = ref.strip().lower()
-        if wanted.startswith("0x"):  # a switch GUID as ibnetdiscover prints it
-            with contextlib.suppress(ValueError):
-                wanted = f"ib-{int(wanted, 16):016x}"
-        hits = [f for fid, f in self.fabrics.items()
-                if wanted and (fid.startswith(wanted) or fid[3:].startswith(wanted))]
-        if len(hits) == 1:
-            return hits[0]
-        known = ", ".join(self.fabrics) or "none"
-        if hits:
-            raise FabricError(f"{ref!r} matches {len(hits)} fabrics: "
-                              f"{', '.join(f.id for f in hits)}",
-                              hint="give more of the id", fabric=ref)
-        raise FabricError(f"no fabric {ref!r} (known: {known})",
-                          hint="`llmgw fabrics` lists them", fabric=ref)
+        """A fabric by id, by unique id prefix, or by its GUID with or without `ib-` (llmgw.ibref)."""
+        return self.fabrics[find_fabric_id(ref, self.fabrics)]
 
     def hosts(self, fabric_id: str) -> list[str]:
         """Every host with an adapter on the fabric, sorted."""

@@ -13,7 +13,9 @@ dicts they return, so a terminal and a browser can never disagree about the flee
     models.py    per model: who serves it, replicas ready/min, a status word; placement failures
     replicas.py  per replica: shards, state, age, idle, endpoint, errors, downloads
     nodes.py     per node, and one node in full
-    fabrics.py   fabrics, and one fabric laid out for drawing
+    fabric_copy.py what the dashboard shows of the fabrics, as data a router reads from its site copy
+    fabrics.py   the same answered live on the bastion, one fabric laid out for drawing, and the
+                 files apply ships them in. Not for the router: it imports llmgw.fabric (#34)
     text.py      durations, sizes and bars, shared by terminal and browser
     defaults.py  DEFAULT_ADMIN, IDLE_AFTER (imports nothing)
 

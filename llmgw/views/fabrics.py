@@ -1,21 +1,34 @@
-"""Fabrics: the list, one fabric's topology (the JSON of `/api/v1/fabrics/{id}/topology`),
-and a drawing of it laid out for the fabric page.
+"""Fabrics on the bastion: the dashboard's fabric views answered live from the parsed
+fabrics (`LiveFabrics`), one fabric laid out for drawing (`fabric_drawing`), and the files
+apply ships them to the routers in (`fabric_copy_files`, llmgw.views.fabric_copy).
 
 The layout is computed here, in Python, so the page is plain server-rendered SVG: switches
 in rows by tier (core on top, leaves at the bottom), each leaf's adapters fanned out under
 it (grouped by host), every cable a line of its own (parallel cables side by side), its
 colour by trained rate, degraded ones red. Adapters are coloured by rail (`mlx5_0`,
-`mlx5_1`...): under a rail-aligned leaf every adapter has one colour.
+`mlx5_1`...): under a rail-aligned leaf every adapter has one colour. It is computed at
+apply, on the bastion, where the fabrics are parsed: a router's dashboard draws the layout
+it was shipped and imports no module of llmgw.fabric (#34).
 """
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from typing import Any
 
-from llmgw.fabric import End, Fabric, Link
+from llmgw.fabric import End, Fabric, FabricIndex, Link
 from llmgw.fabric.structure import TIER_ORDER, hexguid, natural_key
-from llmgw.views.held import per_fabric
+from llmgw.views.fabric_copy import (
+    FABRICS_FILE,
+    FabricPage,
+    FabricRow,
+    FabricsCopy,
+    RowGlance,
+    Summary,
+    fabric_file,
+    host_adapters,
+)
 from llmgw.views.sitedata import SiteData
 
 # Eight rail colours that stay apart for most colour vision (Okabe-Ito, darkened yellow).
@@ -30,13 +43,53 @@ ROW_GAP, MARGIN, LABEL_ROOM = 130, 30, 120
 GUTTER = 110  # left of the drawing: the tier labels
 
 
-def fabrics_list(data: SiteData) -> list[dict[str, Any]]:
-    """Every fabric's summary, its inventory nodes, and which models' weights how many of them hold."""
-    out = []
-    held = data.held
-    for fid, f in data.fabrics.fabrics.items():
-        nodes = sorted(h for h in f.hosts if h in data.inventory.nodes)
-        out.append({"id": fid, "source": f.source, **f.summary(), "nodes": nodes, "weights": per_fabric(held, nodes)})
+class LiveFabrics:
+    """The bastion's answers to the fabric views (llmgw.views.fabric_copy.FabricViews), from
+    the fabrics parsed here."""
+
+    def __init__(self, index: FabricIndex) -> None:
+        self.index = index
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"id": fid, "source": f.source, "summary": f.summary(), "hosts": list(f.hosts)}
+                for fid, f in self.index.fabrics.items()]
+
+    def find(self, ref: str) -> str:
+        return self.index.find(ref).id
+
+    def topology(self, fabric_id: str) -> dict[str, Any]:
+        return self.index.fabrics[fabric_id].to_json()
+
+    def drawing(self, fabric_id: str) -> dict[str, Any]:
+        return fabric_drawing(self.index.fabrics[fabric_id])
+
+    def adapters(self, host: str) -> list[dict[str, Any]]:
+        return [a for fid in self.index.fabrics_of(host)
+                for a in host_adapters(fid, {"hosts": [{"host": h, "adapters": [ad.to_json() for ad in ads]}
+                                                       for h, ads in self.index.fabrics[fid].hosts.items()]}, host)]
+
+
+def fabric_copy_files(data: SiteData) -> dict[str, bytes]:
+    """What a router's dashboard shows of the fabrics, made here for apply to ship (file name ->
+    bytes): `fabrics.json` and each fabric's page file (llmgw.views.fabric_copy)."""
+    fabrics, fmap = data.fabrics, data.fabric_map
+    out: dict[str, bytes] = {}
+    rows = []
+    for row in fabrics.rows():
+        fid = row["id"]
+        # Not validated here (a second or so per large fabric at every apply): made by this
+        # code, and validated where it is input, on the router (tests/views/test_fabric_copy.py
+        # reads back what this writes).
+        fields: dict[str, Any] = {"id": fid, "topology": fabrics.topology(fid), "drawing": fabrics.drawing(fid)}
+        page = FabricPage.model_construct(**fields).to_json()
+        out[fabric_file(fid)] = page
+        glance = fmap.glances[fid]
+        rows.append(FabricRow(id=fid, source=row["source"], summary=Summary.model_validate(row["summary"]),
+                              glance=RowGlance(switches=glance.switches, degraded_links=glance.degraded_links,
+                                               rails=glance.rails),
+                              hosts=tuple(row["hosts"]), sha256=hashlib.sha256(page).hexdigest()))
+    nodes = {n: tuple(ids) for n in sorted(data.inventory.nodes) if (ids := fmap.fabrics_of(n))}
+    out[FABRICS_FILE] = FabricsCopy(fabrics=tuple(rows), nodes=nodes, notes=data.fabric_notes).to_json().encode()
     return out
 
 

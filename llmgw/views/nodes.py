@@ -134,13 +134,7 @@ def node_detail(data: SiteData, name: str) -> dict[str, Any] | None:
     rec["units"] = None if facts is None or facts.units is None else [u.model_dump(mode="json") for u in facts.units]
     rec["units_unknown_reason"] = facts.units_unknown_reason if facts else None
     rec["engines"] = facts.engines if facts else None
-    adapters: list[dict[str, Any]] = []
-    for fid in data.fabrics.fabrics_of(name):
-        fabric = data.fabrics.fabrics[fid]
-        host = name if name in fabric.hosts else next((h for h in fabric.hosts if h.split(".")[0] == name), name)
-        for a in fabric.hosts.get(host, ()):
-            adapters.append({"fabric": fid, **a.to_json()})
-    rec["adapters"] = adapters
+    rec["adapters"] = data.fabrics.adapters(name)
     rec["ib_adapters"] = None if facts is None or facts.ib_adapters is None else [
         a.model_dump(mode="json") for a in facts.ib_adapters]
     return rec

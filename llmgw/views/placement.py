@@ -81,6 +81,9 @@ class Placement(_Record):
     weights_at: dict[str, dict[str, tuple[str, ...]]] = Field(default_factory=dict)
     # model -> its source's pinned commit and weights size (views.models)
     pins: dict[str, Pin] = Field(default_factory=dict)
+    # model -> its weights cache entry (llmgw.weights.names.cache_name of its source), for a
+    # replica the state has no entry of (views.replicas): the router holds no naming rule
+    cache_names: dict[str, str] = Field(default_factory=dict)
 
     def held(self) -> Held:
         return Held({m: list(ns) for m, ns in self.weights_nodes.items()},

@@ -9,15 +9,21 @@ packs): the router process never imports this module (tests/maintenance/test_rou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
 from llmgw import collector
-from llmgw.errors import LlmgwError, PlanError
+from llmgw.errors import FabricError, LlmgwError, PlanError
+from llmgw.fabric import FabricIndex
+from llmgw.fabric.hostmap import HostFabricMap
+from llmgw.facts import HostFacts
 from llmgw.planner import Plan, PlanInputs, make_plan
 from llmgw.planner.fleet import Fleet  # not in the planner's front door: its rule for weights present
 from llmgw.planner.load import memo_fabric_index, placement_fabrics, weight_files, weight_sizes
 from llmgw.site import Site, site_clock
+from llmgw.views.fabric_copy import FABRICS_FILE, FabricMap, FabricsCopy, FabricViews
+from llmgw.views.fabrics import LiveFabrics, fabric_copy_files
 from llmgw.views.fleet import FLEET_FILE, summarise
 from llmgw.views.placement import PLACEMENT_FILE, Held, Pin, Placement, Unplaced, unknown_placement
 from llmgw.views.sitedata import Loaders, SiteData
@@ -35,7 +41,7 @@ def plan_inputs(data: SiteData) -> PlanInputs:
     site, nodes = data.site, data.inventory.nodes
     pinned, unpinned = pin_catalog(data.catalog, site)
     return PlanInputs(catalog=pinned, nodes=nodes, facts={h: f for h, f in data.facts.items() if h in nodes},
-                      state=data.state, fabrics=data.fabric_map, ports=site.config.ports,
+                      state=data.state, fabrics=_host_map(data), ports=site.config.ports,
                       weight_sizes=weight_sizes(site.facts_dir), weight_files=weight_files(site.facts_dir),
                       unservable={**unservable_sources(site), **unpinned}, now=site_clock(site, data.loaded_at),
                       unreachable_after=site.config.unreachable_after, lost_after=site.config.lost_after)
@@ -87,11 +93,38 @@ def planned_placement(data: SiteData) -> Placement:
                                                         if a.code == "drain_deadline" and a.replica)),
                      weights_nodes={m: tuple(ns) for m, ns in held.nodes_of.items()},
                      weights_at={n: {path: tuple(ms) for path, ms in at.items()} for n, at in held.at.items()},
-                     pins=pins)
+                     pins=pins, cache_names=dict(cache_names(data)))
 
 
-BASTION = Loaders(fabric_map=placement_fabrics, fabrics=memo_fabric_index, placement=planned_placement,
-                  held=lambda data: held_by_plan(plan_inputs(data)))
+def cache_names(data: SiteData) -> dict[str, str]:
+    """Each catalog model's weights cache entry, by the one naming rule (llmgw.weights.names)."""
+    return {m.name: cache_name(m.source) for m in data.catalog}
+
+
+def _host_map(data: SiteData) -> HostFabricMap:
+    """The planner's fabric map of a SiteData this module loaded (BASTION's map is one)."""
+    if not isinstance(data.fabric_map, HostFabricMap):
+        raise TypeError("a site loaded for a router's dashboard (views.sitedata.COPY) cannot be planned: "
+                        "load it with llmgw.views.planned.load_site_data")
+    return data.fabric_map
+
+
+def _parsed_map(site: Site, facts: Mapping[str, HostFacts]) -> tuple[FabricMap, tuple[str, ...]]:
+    try:
+        return placement_fabrics(facts, site.facts_dir.resolve()), ()  # memoised by the captures' digests
+    except FabricError as exc:
+        return HostFabricMap({}, {}, {}), (f"fabrics unknown: {exc.message}",)
+
+
+def _parsed_fabrics(data: SiteData) -> FabricViews:
+    """Every fabric whole, its texts parsed for `fabric_map` already; none when they did not."""
+    if not data.fabric_map.glances:
+        return LiveFabrics(FabricIndex({}))
+    return LiveFabrics(memo_fabric_index(data.facts, data.site.facts_dir.resolve()))
+
+
+BASTION = Loaders(fabric_map=_parsed_map, fabrics=_parsed_fabrics, placement=planned_placement,
+                  held=lambda data: held_by_plan(plan_inputs(data)), cache_names=cache_names)
 
 
 def load_site_data(site: Site, *, now: datetime | None = None) -> SiteData:
@@ -123,16 +156,24 @@ def weights_holders(data: SiteData) -> dict[str, dict[str, set[str]]]:
 
 def site_copy_files(site: Site) -> dict[str, bytes]:
     """What apply plans here for the routers' site copy, by file name: what cannot be placed
-    (PLACEMENT_FILE) and the fleet in numbers (FLEET_FILE). A site apply cannot plan for the
-    dashboard (apply itself planned already) ships the reason in the placement and no fleet
-    summary: the dashboard says it, the gauges are absent, and apply goes on."""
+    (PLACEMENT_FILE), the fleet in numbers (FLEET_FILE) and the fabrics as the dashboard shows
+    them (llmgw.views.fabrics.fabric_copy_files). A site apply cannot plan for the dashboard
+    (apply itself planned already) ships the reason in the placement and no fleet summary: the
+    dashboard says it, the gauges are absent, and apply goes on; fabrics that cannot be mapped
+    are shipped as a note saying why."""
+    fabrics: dict[str, bytes] = {}
     try:
         data = load_site_data(site)
         placement = data.placement
         fleet: bytes | None = summarise(data, weights_holders(data)).to_json().encode()
     except LlmgwError as exc:
         placement, fleet = unknown_placement(f"apply could not plan what cannot be placed: {exc.message}"), None
-    out = {PLACEMENT_FILE: placement.to_json().encode()}
+    else:
+        try:
+            fabrics = fabric_copy_files(data)
+        except LlmgwError as exc:
+            fabrics = {FABRICS_FILE: FabricsCopy(notes=(f"fabrics unknown: {exc.message}",)).to_json().encode()}
+    out = {**fabrics, PLACEMENT_FILE: placement.to_json().encode()}
     if fleet is not None:
         out[FLEET_FILE] = fleet
     return out

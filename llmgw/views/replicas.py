@@ -17,7 +17,6 @@ from llmgw.state import Replica, replica_sort_key
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
 from llmgw.views.text import NEVER, UNKNOWN, duration, human_bytes, percent
-from llmgw.weights.names import cache_name
 
 
 def shard_text(node: str, gpus: list[int]) -> str:
@@ -98,8 +97,8 @@ def replica_activity(data: SiteData, r: Replica, runtime: Runtime, now: datetime
 
 def replica_record(data: SiteData, r: Replica, runtime: Runtime, now: datetime,
                    downloads: Mapping[tuple[str, str], Mapping[str, Any]]) -> dict[str, Any]:
-    model = data.catalog.models.get(r.model)
-    name = r.cache_name or (cache_name(model.source) if model is not None else None)
+    # A state from before replicas kept their entry: the catalog model's (none for one that left it)
+    name = r.cache_name or data.cache_names.get(r.model)
     shards = sorted(r.shards, key=lambda s: s.rank)
     dl = []
     if name is not None:

@@ -3,14 +3,15 @@
 The views never touch a file themselves: they are functions of a `SiteData` (and of the
 routers' `Runtime`), so tests build one from the example site and get exact numbers.
 
-What cannot be placed is the planner's to say, and the planner runs on the bastion only
-(#34): the router process, whose dashboard renders these views too, never imports it.
-So a `SiteData` is loaded with `Loaders`: how its placement and fabrics are made. This
-module's own (`COPY`) read what apply shipped into a router's site copy (`placement.json`,
-llmgw.views.placement) and parse the fabrics without the bastion's memo; the bastion's
-(llmgw.views.planned) plan with the planner itself, so "cannot be placed" in `llmgw status`
-is what `llmgw plan` would say. Either is made when a view first asks: `llmgw nodes` and
-most dashboard pages never do.
+What cannot be placed is the planner's to say, and the fabrics are the ibnetdiscover
+parser's; both run on the bastion only (#34): the router process, whose dashboard renders
+these views too, imports neither. So a `SiteData` is loaded with `Loaders`: how its
+placement and fabrics are made. This module's own (`COPY`) read what apply shipped into a
+router's site copy (`placement.json`, llmgw.views.placement; `fabrics.json` and a page file
+per fabric, llmgw.views.fabric_copy); the bastion's (llmgw.views.planned) plan with the
+planner itself and parse the fabrics, so "cannot be placed" in `llmgw status` is what
+`llmgw plan` would say. The placement and the whole fabrics are made when a view first
+asks: `llmgw nodes` and most dashboard pages never do.
 
 The dashboard asks for the site on every page; `SiteDataCache` reloads it only when a
 file under the site changed (the inventory goes through `ansible-inventory`, which takes
@@ -29,19 +30,17 @@ from pathlib import Path
 
 from llmgw import collector
 from llmgw.catalog import Catalog, load_catalog
-from llmgw.errors import FabricError
-from llmgw.fabric import FabricIndex, fabrics_from_facts
-from llmgw.fabric.hostmap import HostFabricMap
 from llmgw.facts import HostFacts
 from llmgw.facts.cache import read_facts
 from llmgw.inventory import Inventory, load_inventory
 from llmgw.site import SITE_FILE, Site, site_clock
 from llmgw.state import State, read_state
+from llmgw.views.fabric_copy import FABRICS_FILE, CopiedFabrics, FabricMap, FabricsCopy, FabricViews, read_fabrics
 from llmgw.views.placement import PLACEMENT_FILE, Held, Placement, read_placement
 
-# (facts of every host, the facts folder) -> the fabrics, whole or as placement asks of them
-FabricsOf = Callable[[Mapping[str, HostFacts], Path], FabricIndex]
-FabricMapOf = Callable[[Mapping[str, HostFacts], Path], HostFabricMap]
+# (the site, facts of every host) -> what placement and the glance views ask of the fabrics,
+# and what loading them found (why they are not known, when they are not)
+FabricMapOf = Callable[[Site, Mapping[str, HostFacts]], tuple[FabricMap, tuple[str, ...]]]
 
 
 @dataclass(frozen=True)
@@ -50,9 +49,10 @@ class Loaders:
     or a router's (its site copy: COPY, below)."""
 
     fabric_map: FabricMapOf
-    fabrics: FabricsOf
+    fabrics: Callable[[SiteData], FabricViews]  # the fabric pages' and a node detail's answers
     placement: Callable[[SiteData], Placement]
     held: Callable[[SiteData], Held]  # whose weights are where, without a whole plan
+    cache_names: Callable[[SiteData], Mapping[str, str]]  # model -> its weights cache entry, without a plan
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,11 @@ class SiteData:
     inventory: Inventory
     facts: dict[str, HostFacts]  # every facts file, inventory node or not
     state: State
-    fabric_map: HostFabricMap  # what the plan and the glance views ask of the fabrics
+    fabric_map: FabricMap  # what the plan and the glance views ask of the fabrics
     loaded_at: datetime
     loaders: Loaders = field(repr=False, compare=False)
     notes: tuple[str, ...] = field(default=())  # what loading found; `placement.notes` has the plan's
+    fabric_notes: tuple[str, ...] = field(default=())  # of `notes`, those on the fabrics
 
     @property
     def clock(self) -> datetime | None:
@@ -86,23 +87,35 @@ class SiteData:
             return self.loaders.held(self)
 
     @cached_property
-    def fabrics(self) -> FabricIndex:
-        """Every fabric whole (switches, cables, adapters), loaded when first asked: the fabric
+    def cache_names(self) -> Mapping[str, str]:
+        """Each catalog model's weights cache entry: named here (bastion) or shipped by apply (router)."""
+        return self.loaders.cache_names(self)
+
+    @cached_property
+    def fabrics(self) -> FabricViews:
+        """Every fabric whole (switches, cables, adapters), made when first asked: the fabric
         pages and a node's detail (its adapters) need it, the lists and the glance do not (at
-        4,096 hosts it is 19 MB of memo, half a second to load). Its texts parsed for
-        `fabric_map` already; an empty index when they did not."""
-        if not self.fabric_map.glances:
-            return FabricIndex({})
+        4,096 hosts it is 19 MB of memo, half a second to load)."""
         with collector.paused():  # the dashboard asks outside any command's pause
-            return self.loaders.fabrics(self.facts, self.site.facts_dir.resolve())
+            return self.loaders.fabrics(self)
 
 
-# A router's: the fabrics parsed from the copied facts (a copy changes at apply only, and
-# SiteDataCache parses it once per change), the placement the last apply planned and shipped.
-COPY = Loaders(fabric_map=lambda facts, _where: fabrics_from_facts(list(facts.values())).host_map(),
-               fabrics=lambda facts, _where: fabrics_from_facts(list(facts.values())),
+def _copied_map(site: Site, _facts: Mapping[str, HostFacts]) -> tuple[FabricMap, tuple[str, ...]]:
+    copy, why = read_fabrics(site.root)
+    return CopiedFabrics(copy, site.root), (*copy.notes, *((why,) if why else ()))
+
+
+def _copied_fabrics(data: SiteData) -> FabricViews:
+    # COPY's map is its CopiedFabrics, which answers the fabric views too, page files read when asked
+    if isinstance(data.fabric_map, CopiedFabrics):
+        return data.fabric_map
+    return CopiedFabrics(FabricsCopy(), data.site.root)
+
+
+# A router's: the fabrics and the placement the last apply made on the bastion and shipped.
+COPY = Loaders(fabric_map=_copied_map, fabrics=_copied_fabrics,
                placement=lambda data: read_placement(data.site.root),
-               held=lambda data: data.placement.held())
+               held=lambda data: data.placement.held(), cache_names=lambda data: data.placement.cache_names)
 
 
 def load_site_data(site: Site, *, loaders: Loaders, now: datetime | None = None) -> SiteData:
@@ -130,16 +143,14 @@ def _load_site_data(site: Site, *, now: datetime | None, loaders: Loaders) -> Si
         notes.append(f"no inventory at {site.inventory}: there are no nodes to place replicas on")
     facts = read_facts(site.facts_dir)
     state = read_state(site.state_file)
-    try:
-        fabric_map = loaders.fabric_map(facts, site.facts_dir.resolve())  # parsed once per change
-    except FabricError as exc:
-        fabric_map = HostFabricMap({}, {}, {})
-        notes.append(f"fabrics unknown: {exc.message}")
+    fabric_map, fabric_notes = loaders.fabric_map(site, facts)  # made once per change
+    notes += fabric_notes
     if state.serial == 0 and not state.replicas:
         notes.append(f"the state is empty (serial 0, {site.state_file}): nothing applied from this "
                      "checkout, or `state:` in llmgw.yaml does not point at the site's state")
     return SiteData(site=site, catalog=catalog, inventory=inventory, facts=facts, state=state,
-                    fabric_map=fabric_map, loaded_at=now or datetime.now(UTC), loaders=loaders, notes=tuple(notes))
+                    fabric_map=fabric_map, loaded_at=now or datetime.now(UTC), loaders=loaders, notes=tuple(notes),
+                    fabric_notes=fabric_notes)
 
 
 def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:
@@ -149,7 +160,7 @@ def _fingerprint(site: Site) -> tuple[tuple[str, int, int], ...]:
     rglob, is_file and stat took 45-150 ms for 4,096 facts files."""
     out: list[tuple[str, int, int]] = []
     for root in (site.root / SITE_FILE, site.catalog_dir, site.inventory, site.facts_dir, site.state_file,
-                 site.root / PLACEMENT_FILE):
+                 site.root / PLACEMENT_FILE, site.root / FABRICS_FILE):
         for path in sorted(_files(str(root))):
             try:
                 st = os.stat(path)

@@ -90,6 +90,17 @@ def whole_nodes(data: SiteData, holders: dict[str, dict[int, str]]) -> list[dict
             for fid, glance in data.fabric_map.glances.items()]
 
 
+def fabrics_list(data: SiteData) -> list[dict[str, Any]]:
+    """Every fabric's summary, its inventory nodes, and which models' weights how many of them hold."""
+    held = data.held
+    out = []
+    for row in data.fabrics.rows():
+        nodes = sorted(h for h in row["hosts"] if h in data.inventory.nodes)
+        out.append({"id": row["id"], "source": row["source"], **row["summary"], "nodes": nodes,
+                    "weights": per_fabric(held, nodes)})
+    return out
+
+
 def drains(data: SiteData, replicas: dict[str, list[str]]) -> list[dict[str, Any]]:
     """Each draining node: until when, and what it waits for: the replicas no other node can
     take yet (they stay until the deadline), and those the plan destroys as it has passed."""

@@ -26,12 +26,12 @@ from llmgw import collector
 from llmgw.errors import FabricError, LlmgwError
 from llmgw.state.summary import site_state_summary, summary_line
 from llmgw.views import Runtime, SiteData, SiteDataCache
-from llmgw.views.fabrics import fabric_drawing, fabrics_list
-from llmgw.views.live_downloads import DownloadBoard
+from llmgw.views.download_board import DownloadBoard
+from llmgw.views.fabric_copy import overview as fabric_overview
 from llmgw.views.models import models_view, placement_failures
 from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
-from llmgw.views.status import status_view
+from llmgw.views.status import fabrics_list, status_view
 from llmgw.views.text import duration, human_bytes
 from llmgw.views.versions import shown
 from llmgw.web import fabric_svg
@@ -146,7 +146,11 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
             return data
 
         def make() -> HTMLResponse:
-            rec = node_detail(data, name)  # loads the site's whole fabric index, once
+            try:
+                rec = node_detail(data, name)  # reads the page file of each fabric the node is on, once
+            except LlmgwError as exc:
+                return page("error.html", request, 503, title="Node not readable", message=exc.message,
+                            detail=list(exc.detail), hint=exc.hint)
             if rec is None:
                 return not_found(request, f"no node {name!r} in the inventory")
             return page("node.html", request, title=name, node=rec)
@@ -221,12 +225,16 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
 
         def make() -> HTMLResponse:
             try:
-                f = data.fabrics.find(fabric_id)
+                fid = data.fabrics.find(fabric_id)
             except FabricError as exc:
                 return not_found(request, exc.message)
-            drawing = fabric_drawing(f)
-            return page("fabric.html", request, title=f"Fabric {f.id}", fabric=f.overview(), drawing=drawing,
-                        cables=fabric_svg.cables(drawing), switches=fabric_svg.switches(drawing),
+            try:  # laid out on the bastion at apply (a router's) or here (llmgw.views.fabrics)
+                drawing, topology = data.fabrics.drawing(fid), data.fabrics.topology(fid)
+            except LlmgwError as exc:
+                return page("error.html", request, 503, title="Fabric not readable", message=exc.message,
+                            detail=list(exc.detail), hint=exc.hint)
+            return page("fabric.html", request, title=f"Fabric {fid}", fabric=fabric_overview(topology),
+                        drawing=drawing, cables=fabric_svg.cables(drawing), switches=fabric_svg.switches(drawing),
                         adapters=fabric_svg.adapters(drawing), details=fabric_svg.details(drawing))
         return await off_loop(make)
 
@@ -257,12 +265,15 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         their adapters, every cable with its rate, the degraded ones, rails."""
         data = await asyncio.to_thread(sources.site.get)
 
-        def make() -> JSONResponse:  # the whole fabric index, and 100,000 cables at 4,096 hosts: off the loop
+        def make() -> JSONResponse:  # the whole fabric, and 100,000 cables at 4,096 hosts: off the loop
             try:
-                f = data.fabrics.find(fabric_id)
+                fid = data.fabrics.find(fabric_id)
             except FabricError as exc:
                 return JSONResponse({"error": {"message": exc.message, "type": "not_found", "code": 404}}, 404)
-            return JSONResponse(f.to_json())
+            try:
+                return JSONResponse(data.fabrics.topology(fid))
+            except LlmgwError as exc:
+                return JSONResponse({"error": {"message": exc.message, "type": "unavailable", "code": 503}}, 503)
         return await asyncio.to_thread(make)
 
     api.include_router(history_router(sources.site, env))  # charts from the site's Prometheus (history.py)

@@ -17,10 +17,12 @@ from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from llmgw.state import read_state, write_state
 from llmgw.views import SiteDataCache
+from llmgw.views.fabric_copy import FABRICS_FILE, fabric_file
 from llmgw.views.fleet import FLEET_FILE
 from llmgw.views.models import placement_failures
 from llmgw.views.placement import PLACEMENT_FILE
 from llmgw.views.planned import load_site_data
+from llmgw.views.status import fabrics_list
 from tests.support.example_site import REPO, example_site
 
 
@@ -135,8 +137,11 @@ def test_the_router_shows_the_placement_apply_planned_on_the_bastion(tmp_path: P
     router = SiteDataCache(copy).get()
     assert placement_failures(router) == bastion
     assert router.placement.notes == ()
-    assert sorted(p.name for p in copy.iterdir()) == ["catalog", "facts", FLEET_FILE, "hosts.yml", "llmgw.yaml",
-                                                      PLACEMENT_FILE]
+    assert sorted(p.name for p in copy.iterdir()) == [
+        "catalog", fabric_file("ib-0c42a10300b20000"), fabric_file("ib-0c42a10300c70000"), FABRICS_FILE, "facts",
+        FLEET_FILE, "hosts.yml", "llmgw.yaml", PLACEMENT_FILE]
+    # The fabrics too: mapped on the bastion, shown by the router as the bastion shows them.
+    assert fabrics_list(router) == fabrics_list(load_site_data(Site.load(root)))
 
 
 def test_a_new_serial_with_the_same_placement_packs_the_same_archive(tmp_path: Path) -> None:

@@ -24,11 +24,10 @@ from llmgw.site import Site
 from llmgw.state import read_state, write_state
 from llmgw.store import open_store
 from llmgw.store.model import UsageDelta
-from llmgw.views.placement import PLACEMENT_FILE
-from llmgw.views.planned import placement_json
 from tests.support.example_site import REPO, example_site
 from tests.support.net import free_port
 from tests.support.router import serve_in_thread
+from tests.support.site_copy import ship_site_copy_files
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -71,8 +70,8 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
                                                 for sh in r.shards]})
                 for r in state.replicas for port in [closed if r.id == UNHEALTHY else health.server_port]]
     write_state(site.state_file, state.model_copy(update={"replicas": replicas}))
-    # What cannot be placed, planned on the bastion as apply plans it for the routers' site copy.
-    (root / PLACEMENT_FILE).write_bytes(placement_json(site))
+    # What cannot be placed and the fabrics, made on the bastion as apply makes them for the routers' site copy.
+    ship_site_copy_files(root)
 
     store = open_store(f"sqlite:///{root / 'store.sqlite'}")
     store.set_group("research", rpm=600, tokens_per_day=5_000_000)
@@ -170,6 +169,7 @@ def three_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     capture = REPO / "tests" / "fabric" / "captures" / "f_three_tier_row9.ibnetdiscover.txt"
     facts["ibnetdiscover"] = capture.read_text()
     facts_path.write_text(json.dumps(facts))
+    ship_site_copy_files(root)  # the fabrics mapped on the bastion, as apply ships them
     app = FastAPI()
     app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(root),
                                                          runtime=lambda: Runtime.unknown("no router here"))))

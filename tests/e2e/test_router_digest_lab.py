@@ -136,6 +136,25 @@ def test_an_unchanged_router_costs_one_check_and_a_hand_edited_unit_is_repaired(
     assert (router, "Restart the router") in tasks.changed
 
 
+def test_the_routers_dashboard_shows_the_site_copy_apply_made_on_the_bastion(the_lab: Lab) -> None:
+    """The router's dashboard reads what apply made on the bastion and shipped in its site copy
+    (placement.json, fabrics.json: #34): its pages say what the bastion's views say, and none
+    says a shipped file is missing or unreadable."""
+    the_lab.ok("apply", "--auto-approve")
+    shipped = on_router(the_lab, "ls /var/lib/llmgw-router/site").split()
+    assert {"placement.json", "fabrics.json", "fleet.json", "hosts.yml"} <= set(shipped), shipped
+    ask = ("python3 -c 'import json, sys, urllib.request; print(json.dumps({p: urllib.request.urlopen("
+           "\"http://127.0.0.1:8001\" + p).read().decode() for p in sys.argv[1:]}))' / /fabrics /api/v1/fabrics "
+           + " ".join(f"/nodes/{n}" for n in sorted(load_inventory(Site.load(the_lab.site).inventory).nodes)))
+    pages = json.loads(on_router(the_lab, ask))
+    bastion = json.loads(the_lab.ok("fabrics", "--json").stdout)
+    assert [f["id"] for f in json.loads(pages["/api/v1/fabrics"])["fabrics"]] == [f["id"] for f in bastion["fabrics"]]
+    for path, html in pages.items():
+        assert "not known here" not in html, (path, html)
+        assert "Traceback" not in html and "not readable" not in html, path
+    assert "<h1>Fabrics</h1>" in pages["/fabrics"]
+
+
 ENGINE_CHECK = "Check the installed engine against its digest (one re-hash of the installed files)"
 ENGINE_INSTALL = ("Create the engine group", "Create the engine user", "Create the engine user's home",
                   "Create the llama.cpp folder", "Install llama-server")

@@ -3,8 +3,9 @@
 The router runs on every router host beside the client traffic; whatever it imports is
 code that runs there, memory it holds and a surface an attacker on its listeners can reach.
 It serves the state and its dashboard renders the site copy apply ships it (llmgw.apply.
-dashboard_site): what the dashboard needs from a plan is planned on the bastion, so the
-planner never runs in the router (nor does anything of the control side).
+dashboard_site): what the dashboard needs from a plan is planned on the bastion, and the
+fabrics are mapped there, so neither the planner nor the fabric parser runs in the router
+(nor does anything of the control side).
 
 Read from the source like test_codebase's cycle check, `if TYPE_CHECKING:` imports and
 imports inside functions included: a late import still runs in the router, and a type-only
@@ -23,10 +24,19 @@ ENTRY_POINTS = ("llmgw.router.asgi", "llmgw.router.server", "llmgw.router.worker
 # (catalog.routes: weighted routes; store.batches: the Batch API; engines.descriptor) and
 # one-rule modules the planner and the views share so the views need no planner (gpus,
 # idle, nodetime, stack, views.held). 76 again after the next round took llmgw.facts.memo out
-# and brought state.capabilities in; 77 with views.versions, the dashboard's host-stack column.
-MOST = 77
+# and brought state.capabilities in; 77 with views.versions, the dashboard's host-stack column;
+# 67 once the fabric views were made at apply (views.fabric_copy: no llmgw.fabric parser); 62
+# with the bastion's ways of asking the routers apart (views.ask_routers, the feed in
+# views.live_downloads: no SSH tunnel, no known_hosts) and the weights cache names shipped
+# in placement.json (no weights.names, no ansible_content).
+MOST = 62
+# Beside the control side: the fabric parser (a router shows the fabrics apply mapped on the
+# bastion, views.fabric_copy); the SSH tunnels and known_hosts, which only the bastion opens
+# to reach the routers; the weights package and the collection's rules it loads.
 NEVER = ("llmgw.planner", "llmgw.apply", "llmgw.controller", "llmgw.runner", "llmgw.edits",
-         "llmgw.facts.gather", "llmgw.cli")
+         "llmgw.facts.gather", "llmgw.cli", "llmgw.fabric", "llmgw.views.fabrics", "llmgw.views.planned",
+         "llmgw.views.tunnel", "llmgw.known_hosts", "llmgw.views.ask_routers", "llmgw.views.live_downloads",
+         "llmgw.weights", "llmgw.ansible_content")
 
 
 def closure(roots: tuple[str, ...]) -> dict[str, list[str]]:
@@ -58,6 +68,12 @@ def test_the_closure_follows_type_checking_late_and_package_imports() -> None:
 
 def test_the_entry_points_exist() -> None:
     assert set(ENTRY_POINTS) <= set(MODULES)
+
+
+def test_every_never_entry_names_modules() -> None:
+    """A NEVER entry that names no module (a rename) would keep nothing out."""
+    assert all(any(m == e or m.startswith(f"{e}.") for m in MODULES) for e in NEVER), \
+        [e for e in NEVER if not any(m == e or m.startswith(f"{e}.") for m in MODULES)]
 
 
 def test_the_router_imports_no_planner_and_nothing_of_the_control_side() -> None:

@@ -20,7 +20,7 @@ from llmgw.catalog import Route
 from llmgw.planner.routes import route_record
 from llmgw.state import ModelRecord
 from llmgw.store import Store, open_store
-from llmgw.views.runtime import fetch_runtime
+from llmgw.views.ask_routers import fetch_runtime
 from tests.router.test_router_workers import start_workers, stop
 from tests.support.router import HTTP, Engine, RunningRouter, StateFile, model, replica, wait_until
 

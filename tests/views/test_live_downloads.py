@@ -19,7 +19,8 @@ from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.inventory import Host
 from llmgw.router.admin_guard import ADMIN_TOKEN_FILE
 from llmgw.site import Site
-from llmgw.views.live_downloads import FORGET_AFTER_S, DownloadBoard, DownloadFeed
+from llmgw.views.download_board import FORGET_AFTER_S, DownloadBoard
+from llmgw.views.live_downloads import DownloadFeed
 from llmgw.views.tunnel import admin_route
 from tests.support.example_site import example_site
 from tests.support.net import free_port

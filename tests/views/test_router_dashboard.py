@@ -10,17 +10,16 @@ from pathlib import Path
 
 import httpx
 
-from llmgw.site import Site
-from llmgw.views.placement import PLACEMENT_FILE
-from llmgw.views.planned import placement_json
 from tests.support.example_site import example_site
 from tests.support.net import free_port
+from tests.support.site_copy import ship_site_copy_files
 
 
 def test_router_serve_with_a_site_serves_the_dashboard(tmp_path: Path) -> None:
     root = example_site(tmp_path, state=False)
-    # What cannot be placed comes planned by apply, beside the site copy: the router never plans.
-    (root / PLACEMENT_FILE).write_bytes(placement_json(Site.load(root)))
+    # What cannot be placed and the fabrics come made by apply, beside the site copy: the router
+    # never plans, nor parses a fabric.
+    ship_site_copy_files(root)
     admin = free_port()
     llmgw = Path(sys.executable).with_name("llmgw")
     proc = subprocess.Popen([str(llmgw), "-C", str(root), "router", "serve", "--listen", f"127.0.0.1:{free_port()}",
@@ -38,6 +37,8 @@ def test_router_serve_with_a_site_serves_the_dashboard(tmp_path: Path) -> None:
                 time.sleep(0.2)
         assert r.status_code == 200 and "<h1>Overview</h1>" in r.text
         assert "llama-4-maverick" in r.text  # not placeable: from placement.json
+        fabric = httpx.get(f"http://127.0.0.1:{admin}/fabrics/ib-0c42a10300b20000", timeout=30)
+        assert fabric.status_code == 200 and 'class="el cable degraded"' in fabric.text  # from its page file
         css = httpx.get(f"http://127.0.0.1:{admin}/static/style.css")
         assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
         api = httpx.get(f"http://127.0.0.1:{admin}/api/v1/replicas")  # the router's own API is still there

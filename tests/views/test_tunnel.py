@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import pytest
 
 from llmgw.inventory import Host
-from llmgw.views.runtime import fetch_runtime
+from llmgw.views.ask_routers import fetch_runtime
 from llmgw.views.tunnel import AdminRoute, TunnelError, admin_route, opened, routes_for, tunnel_argv
 
 FAKE_SSH = r'''#!PYTHON

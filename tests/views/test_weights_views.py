@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from llmgw.site import Site
-from llmgw.views.fabrics import fabrics_list
 from llmgw.views.planned import load_site_data
+from llmgw.views.status import fabrics_list
 from tests.support.cli import run_cli
 from tests.support.example_site import example_site
 
