@@ -27,6 +27,14 @@ def command(shard: Shard, layout: Layout) -> list[str]:
     return get(shard.engine).command(shard, layout)
 
 
+def environment(shard: Shard) -> dict[str, str]:
+    """What llmgw sets in the shard's unit environment for its engine (Environment= values):
+    the switch of the engine's run-time LoRA API when its model loads adapters at run time."""
+    if shard.max_loras and shard.adapters:
+        return dict(get(shard.engine).runtime_lora_env)
+    return {}
+
+
 __all__ = [
     "INIT_PORT_OFFSET",
     "Engine",
@@ -36,6 +44,7 @@ __all__ = [
     "ShardAdapter",
     "command",
     "descriptor",
+    "environment",
     "find",
     "get",
     "names",

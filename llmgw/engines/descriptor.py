@@ -70,6 +70,9 @@ class Engine:
     multi_node: MultiNode
     remote_code: bool  # may run the model repository's own code (`trust_remote_code: true`)
     adapters: Adapters = "none"
+    # adapters "runtime": the environment that turns the engine's load/unload API on, set in the
+    # unit of a model that loads adapters at run time (llmgw.engines.environment).
+    runtime_lora_env: tuple[tuple[str, str], ...] = ()  # (name, value) pairs
     # Options of the parser that are a prefix of a refused one but are tuning themselves
     # (argparse takes an exact option before a prefix): never refused.
     tuning_prefixes: frozenset[str] = frozenset()

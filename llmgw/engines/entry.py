@@ -102,6 +102,7 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
     if not isinstance(entry.get("trust_remote_code", False), bool):
         out.append(f"trust_remote_code {entry['trust_remote_code']!r} is not true or false")
     out += _adapter_problems(entry.get("adapters") or [], str(entry.get("engine", "")))
+    out += _max_loras_problems(entry.get("max_loras"), str(entry.get("engine", "")))
     engine = str(entry.get("engine", ""))
     args = entry.get("args") or []
     if find(engine) is not None and isinstance(args, list):
@@ -112,6 +113,18 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
     else:
         out.append("env is not a mapping of names to values")
     return out
+
+
+def _max_loras_problems(value: Any, engine: str) -> list[str]:
+    """Run-time adapter loading: a whole number, and only on an engine whose API loads adapters."""
+    if value is None or value == 0:
+        return []
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return [f"max_loras {value!r} is not a whole number >= 0"]
+    desc = find(engine)
+    if desc is not None and desc.adapters != "runtime":
+        return [f"max_loras: {desc.title} loads no LoRA adapters while it serves; set 0"]
+    return []
 
 
 def _adapter_problems(adapters: Any, engine: str) -> list[str]:

@@ -75,6 +75,9 @@ class Shard:
     trust_remote_code: bool = False  # the profile's reviewed key: the engine runs the model's own code
     # LoRA adapters loaded at start, in catalog order: llama.cpp numbers them 0, 1, ... in this order.
     adapters: tuple[ShardAdapter, ...] = ()
+    # > 0: the model's `adapter_loading: runtime`: the engine starts with none of `adapters` and
+    # room for this many at once; the router loads them while it serves (router/lora.py).
+    max_loras: int = 0
 
     @property
     def multi_node(self) -> bool:
@@ -105,7 +108,17 @@ class Shard:
                    peers=tuple(Peer.parse(str(p)) for p in entry.get("peers") or ()),
                    key_config=str(entry.get("key_config") or ""),
                    trust_remote_code=_flag(entry.get("trust_remote_code")),
-                   adapters=tuple(ShardAdapter.from_entry(a) for a in entry.get("adapters") or ()))
+                   adapters=tuple(ShardAdapter.from_entry(a) for a in entry.get("adapters") or ()),
+                   max_loras=_count(entry.get("max_loras"), "max_loras"))
+
+
+def _count(value: Any, key: str) -> int:
+    """A whole number >= 0 of the shard entry (None: 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be a whole number >= 0, not {value!r}")
+    return value
 
 
 def _flag(value: Any) -> bool:
