@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from llmgw.engines import descriptor, llamacpp, sglang, versions, vllm
 from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register, unregister
-from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter
+from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter, is_host_path
 
 for _engine in (vllm.ENGINE, sglang.ENGINE, llamacpp.ENGINE):
     register(_engine)
@@ -46,6 +46,7 @@ __all__ = [
     "descriptor",
     "environment",
     "find",
+    "is_host_path",
     "get",
     "names",
     "python_engines",

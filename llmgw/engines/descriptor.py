@@ -70,9 +70,12 @@ class Engine:
     multi_node: MultiNode
     remote_code: bool  # may run the model repository's own code (`trust_remote_code: true`)
     adapters: Adapters = "none"
-    # adapters "runtime": the environment that turns the engine's load/unload API on, set in the
-    # unit of a model that loads adapters at run time (llmgw.engines.environment).
-    runtime_lora_env: tuple[tuple[str, str], ...] = ()  # (name, value) pairs
+    # The engine's own paths the router loads and unloads adapters through (POST {lora_name,
+    # lora_path} / {lora_name}), for a model's `adapter_loading: runtime` (router/lora.py); empty:
+    # llmgw loads adapters on it only at start. And the environment that turns that API on, set
+    # in such a model's units (llmgw.engines.environment), as (name, value) pairs.
+    lora_api: tuple[str, str] | None = None
+    runtime_lora_env: tuple[tuple[str, str], ...] = ()
     # Options of the parser that are a prefix of a refused one but are tuning themselves
     # (argparse takes an exact option before a prefix): never refused.
     tuning_prefixes: frozenset[str] = frozenset()

@@ -17,7 +17,7 @@ from typing import Any
 
 from llmgw.engines.descriptor import find
 from llmgw.engines.flags import check_args, check_env_name
-from llmgw.engines.shard import Peer
+from llmgw.engines.shard import HOST_PATH_RE, Peer, is_host_path
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The shapes llmgw writes each value in (planner/spec.py, catalog/schema.py, apply/executor.py).
@@ -28,7 +28,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "model": re.compile(rf"^{_NAME}$"),
     "lineage": re.compile(r"^[A-Za-z0-9-]{0,64}$"),
     # absolute, no `.`/`..` parts (checked below), only characters cache names are made of
-    "model_path": re.compile(r"^(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+$"),
+    "model_path": HOST_PATH_RE,
     "leader": re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$|^$"),
     "fabric": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$|^$"),
     "socket_ifname": re.compile(r"^[=^]?[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}(,[A-Za-z0-9][A-Za-z0-9._:@-]{0,63})*$|^$"),
@@ -122,8 +122,8 @@ def _max_loras_problems(value: Any, engine: str) -> list[str]:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return [f"max_loras {value!r} is not a whole number >= 0"]
     desc = find(engine)
-    if desc is not None and desc.adapters != "runtime":
-        return [f"max_loras: {desc.title} loads no LoRA adapters while it serves; set 0"]
+    if desc is not None and desc.lora_api is None:
+        return [f"max_loras: llmgw loads LoRA adapters into {desc.title} only at start; set 0"]
     return []
 
 
@@ -141,7 +141,7 @@ def _adapter_problems(adapters: Any, engine: str) -> list[str]:
         name, path, rank = a.get("name"), a.get("path"), a.get("rank")
         if not isinstance(name, str) or not PATTERNS["model"].match(name):
             out.append(f"adapters[{i}].name {name!r} does not match {PATTERNS['model'].pattern}")
-        if not isinstance(path, str) or not PATTERNS["model_path"].match(path) or {".", ".."} & set(path.split("/")):
+        if not isinstance(path, str) or not is_host_path(path):
             out.append(f"adapters[{i}].path {path!r} is not an absolute path without '.' or '..' parts")
         if rank is not None and not (isinstance(rank, int) and not isinstance(rank, bool) and rank > 0):
             out.append(f"adapters[{i}].rank {rank!r} is not a positive whole number")

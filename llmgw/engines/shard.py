@@ -21,6 +21,15 @@ range, so never another shard's port."""
 _PEER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.:-]{0,252}):([0-9]{1,5})$")
 
 
+# A path on a host that llmgw writes into a unit or sends an engine (weights, adapters): absolute,
+# plain characters, no `.` or `..` part (the entry check and the state's adapter paths).
+HOST_PATH_RE = re.compile(r"^(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+$")
+
+
+def is_host_path(path: str) -> bool:
+    return bool(HOST_PATH_RE.match(path)) and not {".", ".."} & set(path.split("/"))
+
+
 @dataclass(frozen=True)
 class Peer:
     """Where one shard of a replica listens: its host's management address and its port."""

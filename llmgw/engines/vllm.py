@@ -121,5 +121,5 @@ ENGINE = Engine(
     key="env", key_env="VLLM_API_KEY", endpoints=ENDPOINTS, weight_formats=("safetensors", "pytorch"),
     multi_node="fabric", remote_code=True,
     adapters="runtime",  # LoRA: --lora-modules at start, /v1/load_lora_adapter while serving
-    runtime_lora_env=RUNTIME_LORA_ENV,
+    lora_api=("/v1/load_lora_adapter", "/v1/unload_lora_adapter"), runtime_lora_env=RUNTIME_LORA_ENV,
 )

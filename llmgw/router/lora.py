@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from llmgw.engines import find
 from llmgw.router.openai_errors import RouterError
 from llmgw.router.table import ModelEntry, ReplicaRuntime
 
@@ -68,6 +69,7 @@ class Choice:
     when it must be loaded there first (after unloading `evict`, if set)."""
 
     replica: ReplicaRuntime
+    adapter: str
     held: Held
     load: bool = False
     evict: str | None = None
@@ -124,7 +126,7 @@ class LoraBook:
             if victim is not None:
                 del book.adapters[victim]  # gone for new requests now; the engine call comes after
             book.adapters[adapter] = Held(last_used=self.clock())
-            return Choice(r, self._take(r, adapter).held, load=True, evict=victim)
+            return Choice(r, adapter, self._take(r, adapter).held, load=True, evict=victim)
         if holding:  # all saturated and nowhere to load it: the least loaded of them
             return self._take(min(holding, key=lambda r: r.in_flight), adapter)
         return None
@@ -133,7 +135,7 @@ class LoraBook:
         held = self._of(replica).adapters[adapter]
         held.in_flight += 1
         held.last_used = self.clock()
-        return Choice(replica, held)
+        return Choice(replica, adapter, held)
 
     def release(self, held: Held) -> None:
         held.in_flight -= 1
@@ -193,6 +195,13 @@ class RuntimeLoras:
     def release(self, choice: Choice) -> None:
         self.book.release(choice.held)
 
+    def lost(self, choice: Choice) -> None:
+        """The engine answered 404 for the adapter: it does not hold it (restarted in place, or
+        another worker unloaded it). Forgotten, so the next request loads it again."""
+        log.warning("adapter %s: replica %s no longer holds it; it loads again on next use", choice.adapter,
+                    choice.replica.id)
+        self.book.forget(choice.replica, choice.adapter, choice.held)
+
     async def _load(self, choice: Choice, name: str, base: str, future: asyncio.Future[None]) -> None:
         """Load `name` on the choice's replica (unloading its victim first); settles `future`."""
         replica, held = choice.replica, choice.held
@@ -202,8 +211,12 @@ class RuntimeLoras:
             path = runtime_path(replica, name)
             if path is None:  # the state changed meanwhile: the replica no longer lists it
                 raise _LoadFailed(f"replica {replica.id} has no path for adapter {name!r} in the state")
+            api = find(replica.record.engine)
+            if api is None or api.lora_api is None:
+                raise _LoadFailed(f"replica {replica.id} runs {replica.record.engine}, which llmgw loads adapters "
+                                  "into only at start")
             try:
-                status, text = await self.post(replica, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+                status, text = await self.post(replica, api.lora_api[0], {"lora_name": name, "lora_path": path})
             except (TimeoutError, OSError, RuntimeError) as exc:
                 raise _LoadFailed(f"replica {replica.id} did not answer: {type(exc).__name__}: {exc}") from None
             if status != 200 and not (status == 400 and _ALREADY in text):
@@ -225,8 +238,11 @@ class RuntimeLoras:
     async def _unload(self, replica: ReplicaRuntime, name: str) -> None:
         """Unload the least recently used adapter (the book dropped it already); a failure is
         logged and counted, and the load goes ahead (the engine keeps it in its own cache)."""
+        api = find(replica.record.engine)
         try:
-            status, text = await self.post(replica, "/v1/unload_lora_adapter", {"lora_name": name})
+            if api is None or api.lora_api is None:
+                raise RuntimeError(f"{replica.record.engine} has no unload API")
+            status, text = await self.post(replica, api.lora_api[1], {"lora_name": name})
         except (TimeoutError, OSError, RuntimeError) as exc:
             status, text = 0, f"{type(exc).__name__}: {exc}"
         if status == 200 or status == 404:  # 404: not there (restarted, or another worker unloaded it)

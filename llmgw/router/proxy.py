@@ -126,6 +126,11 @@ class _Stale(Exception):
     the replica's fault; try again on a fresh connection."""
 
 
+class _Reload(Exception):
+    """The engine does not know an adapter the router loaded there (it restarted in place, or
+    another router worker unloaded it): forgotten, so the next pick loads it again."""
+
+
 class _Deadline(Exception):
     """The request's overall deadline passed before any replica answered."""
 
@@ -493,6 +498,8 @@ class Proxy:
                         return status
                     except _Stale:
                         fresh = True  # the same replica may be picked again: it did nothing wrong
+                    except _Reload:
+                        pass  # the next pick loads the adapter again (max_attempts bounds it)
                     except _Retry:
                         tried.add(replica.id)
                         if flight.route is not None:
@@ -524,6 +531,13 @@ class Proxy:
                 method, url, data, headers = flight.call.upstream(replica, body)
                 headers = self.engine_keys.authorize(replica.id, headers)  # engines answer only the router
                 resp = await session.request(method, url, data=data, headers=headers)
+                if held is not None and resp.status == 404:
+                    text = (await resp.read()).decode("utf-8", "replace")
+                    if held.adapter in text:  # vLLM: "The model `NAME` does not exist."
+                        self.loras.lost(held)
+                        raise _Reload
+                    raise RouterError(404, f"the engine serving {held.adapter!r} answered 404: {text[:300]}",
+                                      code="not_found")
                 if resp.status in retry:
                     await resp.read()
                     raise _Retry(f"answered {resp.status}")
@@ -531,6 +545,11 @@ class Proxy:
             except _Retry as exc:
                 flight.deadline = _NEVER
                 self._failed(replica, "status", str(exc))
+                raise
+            except _Reload:
+                flight.deadline = _NEVER
+                log.info("replica %s no longer holds adapter %s; loading it again", replica.id, held.adapter if held
+                         else "?")
                 raise
             except asyncio.CancelledError:
                 flight.deadline = _NEVER

@@ -29,7 +29,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from llmgw.catalog import Model
 from llmgw.catalog.schema import NAME_RE, Engine, Name, check_text
-from llmgw.engines.entry import PATTERNS
+from llmgw.engines import is_host_path
 from llmgw.errors import StateError
 from llmgw.inventory import is_host_name
 
@@ -75,7 +75,7 @@ def _source(value: str) -> str:
 def _adapter_path(value: str) -> str:
     """An adapter's weights on a host (for the router's load call): the rule the engine role's
     entry check applies to the adapter paths of a unit (llmgw.engines.entry)."""
-    if not PATTERNS["model_path"].match(value) or {".", ".."} & set(value.split("/")):
+    if not is_host_path(value):
         raise ValueError(f"{value!r} is not an absolute path without '.' or '..' parts: the file was edited, "
                          "make it again")
     return value

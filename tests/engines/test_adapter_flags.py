@@ -62,7 +62,7 @@ def test_run_time_loading_is_refused_on_an_engine_that_loads_only_at_start() -> 
     entry = {"engine": "llamacpp", "model": "tiny", "model_path": "/var/cache/llmgw/x", "port": 20000,
              "unit": "llmgw-x", "replica": "tiny-1", "lineage": "", "state": "present", "max_loras": 2,
              "adapters": [{"name": "a", "path": "/var/cache/llmgw/y"}]}
-    assert "max_loras: llama.cpp loads no LoRA adapters while it serves; set 0" in check_entry(entry)
+    assert "max_loras: llmgw loads LoRA adapters into llama.cpp only at start; set 0" in check_entry(entry)
     assert not [p for p in check_entry({**entry, "engine": "vllm"}) if "max_loras" in p]
     assert Shard.from_entry({**entry, "engine": "vllm"}).max_loras == 2
     with pytest.raises(ValueError, match="max_loras must be a whole number >= 0"):

@@ -162,9 +162,14 @@ def test_runtime_loading_loads_on_first_use_and_evicts_past_max_loras(
         assert client.chat.completions.create(model="hf-sql", **ASK).choices[0].message.content == sql
         assert _engine_models(engine) == {"tiny-hf", "hf-sql"}
         assert client.chat.completions.create(model="tiny-hf", **ASK).choices[0].message.content == base_answer
+        # Unloaded behind the router's back (another router worker, an engine restarted in place): the
+        # engine's 404 makes the router forget it and load it again, and the client sees an answer.
+        gone = httpx.post(engine + "/v1/unload_lora_adapter", json={"lora_name": "hf-sql"}, timeout=60)
+        assert gone.status_code == 200, gone.text
+        assert client.chat.completions.create(model="hf-sql", **ASK).choices[0].message.content == sql
 
         text = httpx.get(router.metrics_url + "/metrics", timeout=10).text
-        assert _loads(text) == {("hf-sql", "load"): 2, ("hf-sql", "unload"): 1, ("hf-poet", "load"): 1,
+        assert _loads(text) == {("hf-sql", "load"): 3, ("hf-sql", "unload"): 1, ("hf-poet", "load"): 1,
                                 ("hf-poet", "unload"): 1}
         requests = re.findall(r'^llmgw_requests_total\{model="([^"]+)",status="([0-9]+)"\} ([0-9.]+)$', text, re.M)
         assert {(m, st) for m, st, _ in requests} <= {("hf-sql", "200"), ("hf-poet", "200"), ("tiny-hf", "200")}
