@@ -189,7 +189,9 @@ class Applier:
                 # LoRA adapters from the same cache as the base (docs/adapters.md); rank 0 serves them.
                 "adapters": [{"name": a.name, "path": f"{cache_dir.rstrip('/')}/{a.cache_name}",
                               **({"rank": a.rank} if a.rank is not None else {})}
-                             for a in r.adapters or []] if s.rank == 0 else []}
+                             for a in r.adapters or []] if s.rank == 0 else [],
+                # `adapter_loading: runtime`: none at start, room for this many (the router loads them).
+                **({"max_loras": r.max_loras} if r.max_loras and s.rank == 0 else {})}
 
     def _shard_hcas(self, r: PlannedReplica, s: PlannedShard) -> list[str]:
         """NCCL_IB_HCA: the adapters the plan chose nearest the shard's GPUs, else the node's on the fabric."""

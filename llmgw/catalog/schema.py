@@ -283,6 +283,12 @@ class Model(BaseModel):
     requires: list[Capability] = Field(default_factory=list)
     # LoRA adapters served on this model's replicas, each under its own name (docs/adapters.md).
     adapters: Annotated[list[Adapter], Field(max_length=MAX_ADAPTERS)] = Field(default_factory=list)
+    # How they reach the engines: every one at start (`start`), or `runtime`: none at start, the
+    # router loads each on first use and keeps at most `max_loras` on a replica, unloading the
+    # least recently used (router/lora.py); for engines that load adapters while serving (vLLM).
+    adapter_loading: Literal["start", "runtime"] = "start"
+    # With `runtime` (and then required): how many adapters one replica holds at once (vLLM's --max-loras).
+    max_loras: Annotated[Count | None, Field(ge=1, le=MAX_ADAPTERS)] = None
 
     @field_validator("source")
     @classmethod
@@ -316,6 +322,31 @@ class Model(BaseModel):
                     raise ValueError(f"adapters: {a.name!r} would load on profile {p.name!r}, but {engine.title} "
                                      "serves no LoRA adapters; list the profiles that can under the adapter's "
                                      "`profiles:`, or remove the adapter")
+        return self
+
+    @model_validator(mode="after")
+    def _runtime_loading(self) -> Model:
+        """`adapter_loading: runtime` has adapters, a `max_loras`, and engines that load adapters
+        while serving on every profile that loads one; `max_loras` means nothing without it."""
+        if self.adapter_loading == "start":
+            if self.max_loras is not None:
+                raise ValueError("max_loras is how many adapters the router keeps loaded on a replica with "
+                                 "adapter_loading: runtime; add `adapter_loading: runtime`, or remove max_loras")
+            return self
+        if not self.adapters:
+            raise ValueError("adapter_loading: runtime loads this model's adapters while it serves, but it lists none; "
+                             "add adapters, or remove adapter_loading")
+        if self.max_loras is None:
+            raise ValueError("adapter_loading: runtime needs max_loras: N, how many adapters one replica holds at "
+                             "once (the least recently used one is unloaded past it)")
+        for i in range(len(self.adapters)):
+            for p in adapter_profiles(self, i):
+                engine = find(p.engine)
+                if engine is not None and engine.lora_api is None:
+                    able = ", ".join(n for n in names() if (e := find(n)) is not None and e.lora_api is not None)
+                    raise ValueError(f"adapter_loading: runtime, but profile {p.name!r} runs {engine.title}, which "
+                                     "llmgw loads adapters into only at start; use adapter_loading: start, or limit "
+                                     f"the adapters' `profiles:` to engines that load them while serving ({able})")
         return self
 
     @model_validator(mode="after")

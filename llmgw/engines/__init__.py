@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from llmgw.engines import descriptor, llamacpp, sglang, versions, vllm
 from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register, unregister
-from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter
+from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter, is_host_path
 
 for _engine in (vllm.ENGINE, sglang.ENGINE, llamacpp.ENGINE):
     register(_engine)
@@ -27,6 +27,14 @@ def command(shard: Shard, layout: Layout) -> list[str]:
     return get(shard.engine).command(shard, layout)
 
 
+def environment(shard: Shard) -> dict[str, str]:
+    """What llmgw sets in the shard's unit environment for its engine (Environment= values):
+    the switch of the engine's run-time LoRA API when its model loads adapters at run time."""
+    if shard.max_loras and shard.adapters:
+        return dict(get(shard.engine).runtime_lora_env)
+    return {}
+
+
 __all__ = [
     "INIT_PORT_OFFSET",
     "Engine",
@@ -36,8 +44,10 @@ __all__ = [
     "ShardAdapter",
     "command",
     "descriptor",
+    "environment",
     "find",
     "get",
+    "is_host_path",
     "names",
     "python_engines",
     "python_requirement",

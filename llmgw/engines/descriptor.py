@@ -108,6 +108,12 @@ class Engine:
     # what that build needs). Required of every engine so that none forgets it.
     gpu_build: GpuBuild | None
     adapters: Adapters = "none"
+    # The engine's own paths the router loads and unloads adapters through (POST {lora_name,
+    # lora_path} / {lora_name}), for a model's `adapter_loading: runtime` (router/lora.py); empty:
+    # llmgw loads adapters on it only at start. And the environment that turns that API on, set
+    # in such a model's units (llmgw.engines.environment), as (name, value) pairs.
+    lora_api: tuple[str, str] | None = None
+    runtime_lora_env: tuple[tuple[str, str], ...] = ()
     # Options of the parser that are a prefix of a refused one but are tuning themselves
     # (argparse takes an exact option before a prefix): never refused.
     tuning_prefixes: frozenset[str] = frozenset()

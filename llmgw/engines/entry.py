@@ -17,7 +17,7 @@ from typing import Any
 
 from llmgw.engines.descriptor import find
 from llmgw.engines.flags import check_args, check_env_name
-from llmgw.engines.shard import Peer
+from llmgw.engines.shard import HOST_PATH_RE, Peer, is_host_path
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The shapes llmgw writes each value in (planner/spec.py, catalog/schema.py, apply/executor.py).
@@ -28,7 +28,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "model": re.compile(rf"^{_NAME}$"),
     "lineage": re.compile(r"^[A-Za-z0-9-]{0,64}$"),
     # absolute, no `.`/`..` parts (checked below), only characters cache names are made of
-    "model_path": re.compile(r"^(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+$"),
+    "model_path": HOST_PATH_RE,
     "leader": re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$|^$"),
     "fabric": re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$|^$"),
     "socket_ifname": re.compile(r"^[=^]?[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}(,[A-Za-z0-9][A-Za-z0-9._:@-]{0,63})*$|^$"),
@@ -102,6 +102,7 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
     if not isinstance(entry.get("trust_remote_code", False), bool):
         out.append(f"trust_remote_code {entry['trust_remote_code']!r} is not true or false")
     out += _adapter_problems(entry.get("adapters") or [], str(entry.get("engine", "")))
+    out += _max_loras_problems(entry.get("max_loras"), str(entry.get("engine", "")))
     engine = str(entry.get("engine", ""))
     args = entry.get("args") or []
     if find(engine) is not None and isinstance(args, list):
@@ -112,6 +113,18 @@ def check_entry(entry: Mapping[str, Any]) -> list[str]:
     else:
         out.append("env is not a mapping of names to values")
     return out
+
+
+def _max_loras_problems(value: Any, engine: str) -> list[str]:
+    """Run-time adapter loading: a whole number, and only on an engine whose API loads adapters."""
+    if value is None or value == 0:
+        return []
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return [f"max_loras {value!r} is not a whole number >= 0"]
+    desc = find(engine)
+    if desc is not None and desc.lora_api is None:
+        return [f"max_loras: llmgw loads LoRA adapters into {desc.title} only at start; set 0"]
+    return []
 
 
 def _adapter_problems(adapters: Any, engine: str) -> list[str]:
@@ -128,7 +141,7 @@ def _adapter_problems(adapters: Any, engine: str) -> list[str]:
         name, path, rank = a.get("name"), a.get("path"), a.get("rank")
         if not isinstance(name, str) or not PATTERNS["model"].match(name):
             out.append(f"adapters[{i}].name {name!r} does not match {PATTERNS['model'].pattern}")
-        if not isinstance(path, str) or not PATTERNS["model_path"].match(path) or {".", ".."} & set(path.split("/")):
+        if not isinstance(path, str) or not is_host_path(path):
             out.append(f"adapters[{i}].path {path!r} is not an absolute path without '.' or '..' parts")
         if rank is not None and not (isinstance(rank, int) and not isinstance(rank, bool) and rank > 0):
             out.append(f"adapters[{i}].rank {rank!r} is not a positive whole number")

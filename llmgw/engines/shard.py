@@ -21,6 +21,15 @@ range, so never another shard's port."""
 _PEER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.:-]{0,252}):([0-9]{1,5})$")
 
 
+# A path on a host that llmgw writes into a unit or sends an engine (weights, adapters): absolute,
+# plain characters, no `.` or `..` part (the entry check and the state's adapter paths).
+HOST_PATH_RE = re.compile(r"^(/[A-Za-z0-9_][A-Za-z0-9._+-]*)+$")
+
+
+def is_host_path(path: str) -> bool:
+    return bool(HOST_PATH_RE.match(path)) and not {".", ".."} & set(path.split("/"))
+
+
 @dataclass(frozen=True)
 class Peer:
     """Where one shard of a replica listens: its host's management address and its port."""
@@ -75,6 +84,9 @@ class Shard:
     trust_remote_code: bool = False  # the profile's reviewed key: the engine runs the model's own code
     # LoRA adapters loaded at start, in catalog order: llama.cpp numbers them 0, 1, ... in this order.
     adapters: tuple[ShardAdapter, ...] = ()
+    # > 0: the model's `adapter_loading: runtime`: the engine starts with none of `adapters` and
+    # room for this many at once; the router loads them while it serves (router/lora.py).
+    max_loras: int = 0
 
     @property
     def multi_node(self) -> bool:
@@ -105,7 +117,17 @@ class Shard:
                    peers=tuple(Peer.parse(str(p)) for p in entry.get("peers") or ()),
                    key_config=str(entry.get("key_config") or ""),
                    trust_remote_code=_flag(entry.get("trust_remote_code")),
-                   adapters=tuple(ShardAdapter.from_entry(a) for a in entry.get("adapters") or ()))
+                   adapters=tuple(ShardAdapter.from_entry(a) for a in entry.get("adapters") or ()),
+                   max_loras=_count(entry.get("max_loras"), "max_loras"))
+
+
+def _count(value: Any, key: str) -> int:
+    """A whole number >= 0 of the shard entry (None: 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be a whole number >= 0, not {value!r}")
+    return value
 
 
 def _flag(value: Any) -> bool:

@@ -27,13 +27,24 @@ CLI = "vllm.entrypoints.cli.main"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
+# Set in the unit's environment (an Environment= value) for `adapter_loading: runtime`: vLLM
+# then serves POST /v1/load_lora_adapter and /v1/unload_lora_adapter (behind its API key).
+RUNTIME_LORA_ENV = (("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"),)
+
+
 def lora_flags(shard: Shard) -> list[str]:
     """LoRA adapters served from start: each under its own name, a slot for each in a batch,
-    and slots as large as the largest adapter's rank (vLLM's default 16 where none said)."""
+    and slots as large as the largest adapter's rank (vLLM's default 16 where none said).
+
+    Loaded at run time (`shard.max_loras` > 0): none at start, `max_loras` slots, and the
+    same rank rule over every adapter the router may load."""
     if not shard.adapters:
         return []
-    words = ["--enable-lora", "--lora-modules", *(f"{a.name}={a.path}" for a in shard.adapters),
-             "--max-loras", str(len(shard.adapters))]
+    if shard.max_loras:
+        words = ["--enable-lora", "--max-loras", str(shard.max_loras)]
+    else:
+        words = ["--enable-lora", "--lora-modules", *(f"{a.name}={a.path}" for a in shard.adapters),
+                 "--max-loras", str(len(shard.adapters))]
     ranks = [a.rank for a in shard.adapters if a.rank is not None]
     if ranks:
         rank = max(ranks)
@@ -111,4 +122,5 @@ ENGINE = Engine(
     multi_node="fabric", remote_code=True,
     gpu_build=GpuBuild("wheel", versions.VLLM_CUDA),  # the `vllm` wheel's CUDA (versions.py says whence)
     adapters="runtime",  # LoRA: --lora-modules at start, /v1/load_lora_adapter while serving
+    lora_api=("/v1/load_lora_adapter", "/v1/unload_lora_adapter"), runtime_lora_env=RUNTIME_LORA_ENV,
 )

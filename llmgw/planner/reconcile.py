@@ -86,12 +86,13 @@ def _record(m: Model) -> ModelRecord:
                        routing=m.routing,
                        max_in_flight={p.name: p.max_in_flight for p in m.profiles if p.max_in_flight is not None},
                        adapters=[AdapterRecord(name=a.name, aliases=list(a.aliases), scale_percent=round(a.scale * 100))
-                                 for a in m.adapters])
+                                 for a in m.adapters],
+                       max_loras=m.max_loras if m.adapter_loading == "runtime" else None)
 
 
 def _record_change(old: ModelRecord, new: ModelRecord) -> str:
     parts = []
-    for key in ("aliases", "fallbacks", "routing", "max_in_flight"):
+    for key in ("aliases", "fallbacks", "routing", "max_in_flight", "max_loras"):
         a, b = getattr(old, key), getattr(new, key)
         if a != b:
             parts.append(f"{key} {a} -> {b}")
@@ -332,6 +333,13 @@ class _Planner:
         return need
 
     def _allocate(self, rid: str, model: Model, profile: Profile, choice: Choice) -> schema.PlannedReplica:
+        runtime = model.adapter_loading == "runtime"
+        leader_cache = choice.nodes[0].host.cache_dir.rstrip("/")
+
+        def runtime_at(source: str) -> str | None:
+            """Loaded at run time: where apply fetches it on rank 0's host (the router's load names it)."""
+            return f"{leader_cache}/{cache_name(source)}" if runtime else None
+
         shards = []
         size = self._size(model)
         for rank, node in enumerate(choice.nodes):
@@ -350,8 +358,9 @@ class _Planner:
             fabric=choice.fabric, source=model.source, cache_name=self.cache_names[model.source],
             args=list(profile.args), env=dict(profile.env), trust_remote_code=profile.trust_remote_code or None,
             adapters=[schema.PlannedAdapter(name=a.name, source=a.source, cache_name=cache_name(a.source),
-                                            rank=self.inputs.adapter_ranks.get(a.source))
-                      for a in profile_adapters(model, profile.name)] or None)
+                                            rank=self.inputs.adapter_ranks.get(a.source), path=runtime_at(a.source))
+                      for a in profile_adapters(model, profile.name)] or None,
+            max_loras=model.max_loras if runtime else None)
 
     def _gpus_for(self, node: NodeView, profile: Profile, fabric: str | None,
                   ) -> tuple[list[int], schema.ShardTopology | None]:

@@ -23,7 +23,7 @@ from llmgw import collector
 from llmgw.catalog.schema import Engine, EnvName, Name, Text
 from llmgw.errors import PlanError
 from llmgw.inventory import is_host_name
-from llmgw.state import LoadedAdapter, ModelRecord, Replica, Shard, State
+from llmgw.state import AdapterPath, LoadedAdapter, ModelRecord, Replica, Shard, State
 from llmgw.state import replica_sort_key as replica_sort_key  # the ids' order, kept with their shape
 from llmgw.state.model import (
     Count,
@@ -176,12 +176,17 @@ class PlannedAdapter(_Model):
     # Its LoRA rank where `catalog validate` read it (adapter_config.json `r`); None: not known,
     # the engine's default applies. vLLM's --max-lora-rank is derived from it (llmgw.engines.vllm).
     rank: Annotated[int, Field(ge=1)] | None = None
+    # Its model's `adapter_loading: runtime`: where apply fetches it on rank 0's host, the path the
+    # router sends the engine's load call (router/lora.py). None: the engine loads it at start.
+    path: AdapterPath | None = None
 
     @model_validator(mode="after")
     def _entry(self) -> PlannedAdapter:
         if self.cache_name != _cache_entry(self.source):
             raise ValueError(f"adapter {self.name}: cache_name {self.cache_name!r} is not the cache entry of its "
                              f"source ({_cache_entry(self.source)})")
+        if self.path is not None and self.path.rsplit("/", 1)[-1] != self.cache_name:
+            raise ValueError(f"adapter {self.name}: path {self.path!r} is not its cache entry {self.cache_name}")
         return self
 
 
@@ -205,6 +210,9 @@ class PlannedReplica(_Model):
     trust_remote_code: bool | None = None
     # New replicas only: the LoRA adapters its engine loads, in catalog order (None: none).
     adapters: list[PlannedAdapter] | None = None
+    # New replicas of an `adapter_loading: runtime` model: the adapters its engine holds at once
+    # (vLLM's --max-loras); it starts with none of them. None: all loaded at start.
+    max_loras: Annotated[int, Field(ge=1, le=256)] | None = None
 
     @model_validator(mode="after")
     def _formed_by_llmgw(self) -> PlannedReplica:
@@ -231,12 +239,13 @@ class PlannedReplica(_Model):
     def placed(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard],
                endpoint: str, spec_hash: str, fabric: str | None, source: str, cache_name: str, args: list[str],
                env: dict[str, str], trust_remote_code: bool | None = None,
-               adapters: list[PlannedAdapter] | None = None) -> PlannedReplica:
+               adapters: list[PlannedAdapter] | None = None, max_loras: int | None = None) -> PlannedReplica:
         """A new replica from the planner's own, already valid values (see `_trusted`)."""
         return _trusted(cls, {"id": id, "model": model, "profile": profile, "engine": engine, "shards": shards,
                               "endpoint": endpoint, "spec_hash": spec_hash, "status": "new", "fabric": fabric,
                               "source": source, "cache_name": cache_name, "args": args, "env": env,
-                              "trust_remote_code": trust_remote_code, "adapters": adapters})
+                              "trust_remote_code": trust_remote_code, "adapters": adapters,
+                              "max_loras": max_loras})
 
     @classmethod
     def kept(cls, id: str, model: str, profile: str, engine: str, shards: list[PlannedShard], endpoint: str,
@@ -246,12 +255,12 @@ class PlannedReplica(_Model):
         return _trusted(cls, {"id": id, "model": model, "profile": profile, "engine": engine, "shards": shards,
                               "endpoint": endpoint, "spec_hash": spec_hash, "status": "kept", "fabric": fabric,
                               "source": None, "cache_name": None, "args": None, "env": None,
-                              "trust_remote_code": None, "adapters": None})
+                              "trust_remote_code": None, "adapters": None, "max_loras": None})
 
 
 def loaded_adapters(r: PlannedReplica) -> list[LoadedAdapter]:
     """What the state records of a new replica's adapters once its engine runs."""
-    return [LoadedAdapter(name=a.name, cache_name=a.cache_name) for a in r.adapters or []]
+    return [LoadedAdapter(name=a.name, cache_name=a.cache_name, path=a.path) for a in r.adapters or []]
 
 
 class UnitRef(_Model):

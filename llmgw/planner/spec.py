@@ -46,5 +46,7 @@ def spec_hash(model: Model, profile: Profile) -> str:
     adapters = [[a.name, a.source] for a in profile_adapters(model, profile.name)]
     if adapters:
         doc["adapters"] = adapters
+    if model.adapter_loading == "runtime" and adapters:  # other flags and environment for its engine
+        doc["adapter_loading"] = ["runtime", model.max_loras]
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

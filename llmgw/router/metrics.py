@@ -20,6 +20,8 @@ What is counted (names as exposed; `rate()` of a counter is per second):
     llmgw_tokens_total{model,replica,kind}                 kind = prompt (in) | completion (out)
     llmgw_upstream_errors_total{model,replica,kind}        failed attempts (connect, status, ...)
     llmgw_rejected_requests_total{reason}                  refused before routing
+    llmgw_adapter_loads_total{adapter,event}               adapters loaded at run time (lora.py):
+                                                           load | unload | load_failure | unload_failure
     llmgw_replica_in_flight / _healthy / _state, llmgw_state_serial   gauges from the table
 
 Activations and scale decisions are the controller's (llmgw.controller.metrics): a router
@@ -116,6 +118,12 @@ COUNTERS.update({
     "route_guard_trips": ("Canaries whose route guard tripped, sending their share to the stable target",
                           ("route", "target", "generation")),
 })
+# LoRA adapters loaded at run time (lora.py): per adapter, a name from the state.
+# event = load | unload | load_failure | unload_failure.
+COUNTERS.update({
+    "adapter_loads": ("Adapters loaded and unloaded at run time by the router, and the calls that failed",
+                      ("adapter", "event")),
+})
 HISTOGRAMS.update({
     "route_time_to_first_token_seconds": ("Streams: time from request to the first event, per route target",
                                           ("route", "target"), BUCKETS),
@@ -182,6 +190,10 @@ class RouterMetrics(Collector):
 
     def upstream_error(self, replica: str, kind: str) -> None:
         self._count("upstream_errors", (*self._replica(replica), kind))
+
+    def adapter_event(self, adapter: str, event: str) -> None:
+        """A run-time load or unload of an adapter (lora.py), or one that failed."""
+        self._count("adapter_loads", (adapter if adapter in self.table().adapters else UNKNOWN, event))
 
     def reject(self, reason: str) -> None:
         self._count("rejected_requests", (reason,))

@@ -53,6 +53,7 @@ from llmgw.router.admission import (
     PRIORITY_HEADER,
     Admission,
     Slot,
+    replica_slots,
     requested_priority,
     takes_slot,
 )
@@ -60,6 +61,7 @@ from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.bodies import read_body
 from llmgw.router.calls import Call
 from llmgw.router.engine_keys import EngineKeys
+from llmgw.router.lora import Choice, RuntimeLoras, runtime_path
 from llmgw.router.metrics import RouterMetrics
 from llmgw.router.ondemand import HeldStream, OnDemand
 from llmgw.router.openai_errors import RouterError, error_body, send_error
@@ -122,6 +124,11 @@ class _Retry(Exception):
 class _Stale(Exception):
     """The pooled connection was dead before the engine could have read the request: not
     the replica's fault; try again on a fresh connection."""
+
+
+class _Reload(Exception):
+    """The engine does not know an adapter the router loaded there (it restarted in place, or
+    another router worker unloaded it): forgotten, so the next pick loads it again."""
 
 
 class _Deadline(Exception):
@@ -266,6 +273,33 @@ class Proxy:
         self.flights: set[Flight] = set()
         self.policy = EjectionPolicy(threshold=settings.eject_after_failures, max_share=settings.max_ejected_share,
                                      base=settings.backoff_base, cap=settings.backoff_max)
+        self.loras = RuntimeLoras(self._post_engine, metrics.adapter_event)  # adapters loaded at run time
+
+    async def _post_engine(self, replica: ReplicaRuntime, path: str, body: dict[str, str]) -> tuple[int, str]:
+        """POST JSON to one of `replica`'s own paths (a LoRA load), with its engine key."""
+        headers = self.engine_keys.authorize(replica.id, {"Content-Type": "application/json"})
+        try:
+            async with self.session.post(replica.endpoint + path, data=json.dumps(body).encode(), headers=headers,
+                                         timeout=aiohttp.ClientTimeout(total=self.settings.request_timeout)) as resp:
+                return resp.status, (await resp.read()).decode("utf-8", "replace")
+        except aiohttp.ClientError as exc:
+            raise OSError(f"{type(exc).__name__}: {exc}") from None
+
+    async def _pick_adapter(self, target: ModelEntry, tried: set[str], panic: bool) -> Choice | None:
+        """A replica for an adapter its replicas load at run time (lora.py), loaded there; None: no
+        such replica is left to try (the caller picks as for any model)."""
+        now = time.monotonic()
+        candidates = [r for r in target.replicas if r.id not in tried and r.state == "ready"
+                      and (panic or not r.ejected(now)) and runtime_path(r, target.name) is not None]
+        base = self.table().models.get(target.base or "")
+        record = base.record if base is not None else None
+        slots = self.admission.slots
+
+        def saturated(r: ReplicaRuntime) -> bool:
+            limit = replica_slots(r, self.settings, slots, record)
+            return 0 < limit <= r.in_flight
+
+        return await self.loras.acquire(target, candidates, saturated)
 
     def fresh_session(self) -> aiohttp.ClientSession:
         """A one-off client whose connections are new and never pooled (a retry after a stale one)."""
@@ -427,8 +461,17 @@ class Proxy:
                         fresh_table = self.table()
                         target = (fresh_table.adapters if target.base else fresh_table.models).get(target.name, target)
                 while attempts < self.settings.max_attempts:
-                    replica = target.pick(tried, time.monotonic(), panic=panic,
-                                          prefix=flight.call.prefix_key() if target.by_prefix else None)
+                    try:
+                        held = await self._pick_adapter(target, tried, panic) \
+                            if target.adapter is not None and target.record.max_loras else None
+                    except RouterError as err:
+                        if err.code == "adapter_load_failed":  # the engine's reason, to the client now
+                            raise
+                        refusal = refusal or err  # no room on any replica: the fallbacks may answer
+                        break
+                    replica = held.replica if held is not None else \
+                        target.pick(tried, time.monotonic(), panic=panic,
+                                    prefix=flight.call.prefix_key() if target.by_prefix else None)
                     if replica is None:
                         break
                     attempts += 1
@@ -447,13 +490,16 @@ class Proxy:
                         and target.name != route.stable else _RETRYABLE_STATUS
                     try:
                         status = await self._attempt(replica, target.name, path, body, inject, principal, send,
-                                                     started, flight, fresh=fresh, deadline=deadline, retry=retry)
+                                                     started, flight, fresh=fresh, deadline=deadline, retry=retry,
+                                                     held=held)
                         if flight.route is not None:
                             self.metrics.route_attempt(flight.route[0].name, flight.route[1], str(status))
                             self._route_attempt(flight, failed=status >= 500)
                         return status
                     except _Stale:
                         fresh = True  # the same replica may be picked again: it did nothing wrong
+                    except _Reload:
+                        pass  # the next pick loads the adapter again (max_attempts bounds it)
                     except _Retry:
                         tried.add(replica.id)
                         if flight.route is not None:
@@ -473,7 +519,8 @@ class Proxy:
     async def _attempt(self, replica: ReplicaRuntime, model: str, path: str, body: bytes, strip: bool,
                        principal: Principal, send: Send, started: float, flight: Flight, *,
                        fresh: bool = False, deadline: float = _NEVER,
-                       retry: frozenset[int] = _RETRYABLE_STATUS) -> int:
+                       retry: frozenset[int] = _RETRYABLE_STATUS, held: Choice | None = None) -> int:
+        """One attempt on `replica`; `held`: an adapter loaded there at run time, held until it ends."""
         settings = self.settings
         replica.begin()
         resp: aiohttp.ClientResponse | None = None
@@ -484,6 +531,13 @@ class Proxy:
                 method, url, data, headers = flight.call.upstream(replica, body)
                 headers = self.engine_keys.authorize(replica.id, headers)  # engines answer only the router
                 resp = await session.request(method, url, data=data, headers=headers)
+                if held is not None and resp.status == 404:
+                    text = (await resp.read()).decode("utf-8", "replace")
+                    if held.adapter in text:  # vLLM: "The model `NAME` does not exist."
+                        self.loras.lost(held)
+                        raise _Reload
+                    raise RouterError(404, f"the engine serving {held.adapter!r} answered 404: {text[:300]}",
+                                      code="not_found")
                 if resp.status in retry:
                     await resp.read()
                     raise _Retry(f"answered {resp.status}")
@@ -491,6 +545,11 @@ class Proxy:
             except _Retry as exc:
                 flight.deadline = _NEVER
                 self._failed(replica, "status", str(exc))
+                raise
+            except _Reload:
+                flight.deadline = _NEVER
+                log.info("replica %s no longer holds adapter %s; loading it again", replica.id, held.adapter if held
+                         else "?")
                 raise
             except asyncio.CancelledError:
                 flight.deadline = _NEVER
@@ -532,6 +591,8 @@ class Proxy:
             return status
         finally:
             replica.end()
+            if held is not None:
+                self.loras.release(held)  # the adapter may be unloaded again once nothing holds it
             if resp is not None:
                 resp.release()
             if fresh:

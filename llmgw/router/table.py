@@ -261,8 +261,9 @@ class RoutingTable:
             for a in m.record.adapters:
                 if a.name in self.names or a.name in out:
                     continue
+                # max_loras: the base's (its replicas load the adapter at run time, router/lora.py).
                 record = ModelRecord(name=a.name, aliases=a.aliases, scaling=m.record.scaling,
-                                     routing=m.record.routing)
+                                     routing=m.record.routing, max_loras=m.record.max_loras)
                 entry = ModelEntry(record, [r for r in m.replicas if a.name in r.record.adapter_names],
                                    adapter=a, base=m.name)
                 out[a.name] = entry

@@ -23,6 +23,7 @@ from llmgw.state.capabilities import Database, FileBacked, Follow, Leases, offer
 from llmgw.state.local import LocalBackend, read_state, state_lock, write_state
 from llmgw.state.model import (
     STATE_VERSION,
+    AdapterPath,
     AdapterRecord,
     LoadedAdapter,
     ModelRecord,
@@ -43,6 +44,7 @@ from llmgw.state.select import backend_for, is_state_url, open_backend
 
 __all__ = [
     "STATE_VERSION",
+    "AdapterPath",
     "AdapterRecord",
     "Database",
     "FileBacked",

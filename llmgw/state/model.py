@@ -29,6 +29,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from llmgw.catalog import Model
 from llmgw.catalog.schema import NAME_RE, Engine, Name, check_text
+from llmgw.engines import is_host_path
 from llmgw.errors import StateError
 from llmgw.inventory import is_host_name
 
@@ -71,6 +72,15 @@ def _source(value: str) -> str:
     return str(Model._known_scheme(check_text(value)))
 
 
+def _adapter_path(value: str) -> str:
+    """An adapter's weights on a host (for the router's load call): the rule the engine role's
+    entry check applies to the adapter paths of a unit (llmgw.engines.entry)."""
+    if not is_host_path(value):
+        raise ValueError(f"{value!r} is not an absolute path without '.' or '..' parts: the file was edited, "
+                         "make it again")
+    return value
+
+
 def _prose(value: str) -> str:
     m = re.search(r"[\x00-\x1f\x7f]", value)
     if m:
@@ -88,6 +98,7 @@ CacheFile = Annotated[str, Field(pattern=CACHE_FILE_RE)]
 Source = Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_source)]
 Line = Annotated[str, Field(max_length=LINE_MAX), AfterValidator(check_text)]
 Prose = Annotated[str, Field(max_length=PROSE_MAX), AfterValidator(_prose)]
+AdapterPath = Annotated[str, Field(max_length=4096), AfterValidator(_adapter_path)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 Rank = Annotated[int, Field(ge=0, le=1023)]  # a profile spans at most 1,024 nodes
 GpuIndex = Annotated[int, Field(ge=0, le=1023)]
@@ -206,6 +217,10 @@ class ModelRecord(_Model):
     # a replica of that profile holds at once before requests wait in the router.
     max_in_flight: dict[Name, Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=dict)
     adapters: list[AdapterRecord] = Field(default_factory=list)
+    # `adapter_loading: runtime` (catalog): the most adapters the router keeps loaded on one
+    # replica, loading on first use and unloading the least recently used (router/lora.py).
+    # None: every adapter is loaded at start.
+    max_loras: Annotated[int, Field(ge=1, le=256)] | None = None
 
 
 class Shard(_Model):
@@ -222,6 +237,10 @@ class LoadedAdapter(_Model):
 
     name: Name
     cache_name: CacheFile | None = None
+    # Loaded at run time (the model's `adapter_loading: runtime`): where apply fetched its weights
+    # on rank 0's host, the one path the router sends the engine's load call (router/lora.py).
+    # None: the engine loaded it at start.
+    path: AdapterPath | None = None
 
 
 class Replica(_Model):

@@ -228,3 +228,39 @@ def test_adapters_are_fetched_beside_the_base_and_handed_to_the_engine(site: Sit
     assert [(a.name, a.cache_name) for a in record.adapters] == [("qwen-sql", cache_name(sql))]
     others = [e for es in seen["shards"].values() for e in es if e["replica"] != r.id]
     assert others and all(e["adapters"] == [] for e in others)
+
+
+def test_adapters_loaded_at_run_time_are_fetched_and_recorded_with_their_path(site: Site) -> None:
+    """adapter_loading: runtime: the weights are fetched as for adapters loaded at start, the
+    engine's entry says max_loras (so it starts with none), and the state records the path the
+    router's load call sends."""
+    from llmgw.weights.names import cache_name
+
+    sql = "hf://meta-llama/llama-sql-lora/adapter_model.safetensors"
+    chat = site.catalog_dir / "chat.yaml"
+    chat.write_text(chat.read_text().replace("    scaling: {min: 2, max: 4, idle_timeout: 1h}\n", (
+        "    scaling: {min: 2, max: 4, idle_timeout: 1h}\n"
+        "    adapter_loading: runtime\n"
+        "    max_loras: 1\n"
+        "    adapters:\n"
+        f"      - {{name: llama-sql, source: '{sql}'}}\n")))
+    plan = plan_of(site)
+    r = next(r for r in plan.desired.replicas if r.model == "llama-3.1-70b")
+    seen: dict[str, Any] = {}
+
+    class Capture(Recorder):
+        def engines(self, weights: Mapping[str, list[dict[str, str]]],
+                    shards: Mapping[str, list[dict[str, Any]]], step: str, progress: Progress | None) -> None:
+            seen.setdefault("weights", {}).update(weights)
+            seen.setdefault("shards", {}).update(shards)
+
+    applier(site, Capture(site), plan).run()
+    node = r.shards[0].node
+    assert {"source": sql, "name": cache_name(sql)} in seen["weights"][node]
+    entry = next(e for e in seen["shards"][node] if e["replica"] == r.id)
+    path = f"/var/cache/llmgw/{cache_name(sql)}"  # the node's weights cache (the base is an operator's copy)
+    assert entry["max_loras"] == 1 and entry["adapters"] == [{"name": "llama-sql", "path": path}]
+    record = next(x for x in read_state(site.state_file).replicas if x.id == r.id)
+    assert [(a.name, a.path) for a in record.adapters] == [("llama-sql", path)]
+    model = next(m for m in read_state(site.state_file).models if m.name == "llama-3.1-70b")
+    assert model.max_loras == 1

@@ -51,6 +51,10 @@ SHARDS = [
     shard(unit="llmgw-tiny-1-0", **LLAMA, nodes=3, leader=LEADER, peers=RPC_PEERS),
     shard(unit="llmgw-tiny-1-1", **LLAMA, rank=1, nodes=3, port=20001, leader=LEADER, peers=RPC_PEERS),
     shard(unit="llmgw-ds-1-0", replica="ds-1", engine="sglang", port=20030, gpus=[0], trust_remote_code=True),
+    # LoRA adapters loaded at run time by the router (adapter_loading: runtime, docs/adapters.md).
+    shard(unit="llmgw-lora-1-0", replica="lora-1", port=20040, gpus=[0], max_loras=2,
+          adapters=[{"name": "big-sql", "path": "/var/cache/llmgw/def-sql", "rank": 8},
+                    {"name": "big-poet", "path": "/var/cache/llmgw/012-poet", "rank": 16}]),
 ]
 
 
@@ -110,6 +114,17 @@ def test_vllm_single_node(rendered: tuple[Path, dict[str, str]]) -> None:
     assert env["PYTHONUNBUFFERED"] == "1"  # its log reaches the journal as it starts
     assert "NCCL_IB_HCA" not in env
     verify(tmp_path, "llmgw-big-1-0")
+
+
+def test_vllm_loading_adapters_at_run_time_has_its_load_api_on_in_the_environment(
+        rendered: tuple[Path, dict[str, str]]) -> None:
+    tmp_path, units = rendered
+    words, env = exec_start(units["llmgw-lora-1-0"]), env_of(units["llmgw-lora-1-0"])
+    assert "--lora-modules" not in words and "--enable-lora" in words
+    assert after(words, "--max-loras") == "2" and after(words, "--max-lora-rank") == "16"
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"  # an Environment= value, never a shell word
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env_of(units["llmgw-big-1-0"])
+    verify(tmp_path, "llmgw-lora-1-0")
 
 
 def test_vllm_two_nodes_with_fabric(rendered: tuple[Path, dict[str, str]]) -> None:

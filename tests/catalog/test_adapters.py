@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from llmgw.catalog import load_catalog
 from llmgw.catalog.schema import profile_adapters
 from tests.support.cli import run_cli
@@ -128,3 +130,47 @@ def test_fallback_to_an_adapter_is_refused(site: MakeSite) -> None:
     code, out = validate(site({"catalog/a.yaml": GOOD, "catalog/b.yaml": other}))
     assert code == 1
     assert "catalog/b.yaml:4" in out and "'tiny-sql' is a LoRA adapter, not a model" in out
+
+
+RUNTIME = """
+models:
+  - name: tiny-hf
+    source: hf://llmgw/tiny-llama@main
+    profiles:
+      - {name: gpu, engine: vllm, gpus: 1}
+    adapter_loading: runtime
+    max_loras: 2
+    adapters:
+      - {name: hf-sql, source: hf://llmgw/tiny-sql@main}
+      - {name: hf-poet, source: hf://llmgw/tiny-poet@main}
+"""
+
+
+def test_adapters_loaded_at_run_time_validate_with_max_loras(site: MakeSite) -> None:
+    root = site({"catalog/a.yaml": RUNTIME})
+    code, out = validate(root)
+    assert code == 0, out
+    m = load_catalog(root / "catalog").models["tiny-hf"]
+    assert (m.adapter_loading, m.max_loras) == ("runtime", 2)
+
+
+@pytest.mark.parametrize(("edit", "why"), [
+    (("    max_loras: 2\n", ""), "adapter_loading: runtime needs max_loras: N, how many adapters one replica holds"),
+    (("    adapter_loading: runtime\n", ""), "max_loras is how many adapters the router keeps loaded on a replica "
+                                             "with adapter_loading: runtime; add `adapter_loading: runtime`"),
+    (("{name: gpu, engine: vllm, gpus: 1}", "{name: cpu, engine: llamacpp}"),
+     "adapter_loading: runtime, but profile 'cpu' runs llama.cpp, which llmgw loads adapters into only at start"),
+    (("adapter_loading: runtime", "adapter_loading: lazy"), "adapter_loading"),
+])
+def test_run_time_loading_mistakes_are_refused_at_the_models_line(site: MakeSite, edit: tuple[str, str],
+                                                                   why: str) -> None:
+    code, out = validate(site({"catalog/a.yaml": RUNTIME.replace(*edit)}))
+    assert code == 1
+    assert why in " ".join(out.split()) and "catalog/a.yaml:" in out, out
+
+
+def test_run_time_loading_without_adapters_is_refused(site: MakeSite) -> None:
+    text = RUNTIME.split("    adapters:")[0]
+    code, out = validate(site({"catalog/a.yaml": text}))
+    assert code == 1
+    assert "adapter_loading: runtime loads this model's adapters while it serves, but it lists none" in out

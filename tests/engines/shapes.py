@@ -41,6 +41,8 @@ def shards(engine: str, args: tuple[str, ...] = ()) -> dict[str, Shard]:
                 leader=LEADER, peers=_peers(nodes), key_config=_key(engine, rank), **base)
     for name in ("cpu", "one-gpu", "2-nodes-rank-0", "2-nodes-rank-1"):  # with LoRA adapters
         out[f"{name} +adapters"] = dataclasses.replace(out[name], adapters=ADAPTERS)
+    if engine == "vllm":  # loaded at run time (adapter_loading: runtime): none at start, room for one
+        out["one-gpu +runtime-adapters"] = dataclasses.replace(out["one-gpu"], adapters=ADAPTERS, max_loras=1)
     return out
 
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from llmgw.engines import ShardAdapter, command
+from llmgw.engines import ShardAdapter, command, environment
 from llmgw.engines.entry import check_entry
 from llmgw.engines.shard import Shard
 from tests.engines.shapes import ADAPTERS, LAYOUT, shards
@@ -45,6 +45,28 @@ def test_vllm_rounds_the_rank_up_to_one_it_serves_and_refuses_one_too_large() ->
 
 def test_vllm_without_adapters_has_no_lora_flags() -> None:
     assert not any("lora" in w for w in command(shards("vllm")["one-gpu"], LAYOUT))
+
+
+def test_vllm_loading_at_run_time_starts_with_none_and_room_for_max_loras() -> None:
+    s = shards("vllm")["one-gpu +runtime-adapters"]
+    words = command(s, LAYOUT)
+    assert "--lora-modules" not in words and "--enable-lora" in words
+    assert words[words.index("--max-loras") + 1] == "1"
+    assert words[words.index("--max-lora-rank") + 1] == "8"  # sized for every adapter it may load
+    # Its load API on, as an Environment= value of the unit; nothing for adapters loaded at start.
+    assert environment(s) == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    assert environment(shards("vllm")["one-gpu +adapters"]) == {}
+
+
+def test_run_time_loading_is_refused_on_an_engine_that_loads_only_at_start() -> None:
+    entry = {"engine": "llamacpp", "model": "tiny", "model_path": "/var/cache/llmgw/x", "port": 20000,
+             "unit": "llmgw-x", "replica": "tiny-1", "lineage": "", "state": "present", "max_loras": 2,
+             "adapters": [{"name": "a", "path": "/var/cache/llmgw/y"}]}
+    assert "max_loras: llmgw loads LoRA adapters into llama.cpp only at start; set 0" in check_entry(entry)
+    assert not [p for p in check_entry({**entry, "engine": "vllm"}) if "max_loras" in p]
+    assert Shard.from_entry({**entry, "engine": "vllm"}).max_loras == 2
+    with pytest.raises(ValueError, match="max_loras must be a whole number >= 0"):
+        Shard.from_entry({**entry, "max_loras": True})
 
 
 def test_sglang_serves_each_adapter_under_its_name() -> None:

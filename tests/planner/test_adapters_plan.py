@@ -51,3 +51,30 @@ def test_adding_an_adapter_replaces_the_replicas_and_a_model_without_keeps_its_h
     # A scale is the router's alone: the engine loads the same files, nothing is replaced.
     rescaled = model("tiny", cpu_profile(), adapters=[{**ADAPTERS[0]}, {**ADAPTERS[1], "scale": 0.8}])
     assert spec_hash(rescaled, rescaled.profiles[0]) == spec_hash(with_adapters, with_adapters.profiles[0])
+
+
+def test_loading_at_run_time_records_where_each_adapter_is_and_how_many_a_replica_holds() -> None:
+    """adapter_loading: runtime: the plan and the state carry each adapter's path on rank 0's host
+    (the router's load call names it) and max_loras (the model's record, the engine's slots)."""
+    g, gf = [host("g", address="10.0.0.2")], [facts("g", 2)]  # room for a replacement beside the replica
+    m = model("tiny", gpu_profile(), adapters=ADAPTERS[1:], adapter_loading="runtime", max_loras=2)
+    plan = make_plan(inputs([m], g, gf))
+    r = plan.desired.replicas[0]
+    assert r.max_loras == 2
+    assert [(a.name, a.path) for a in r.adapters or []] == [("tiny-poet", f"/var/cache/llmgw/{cache_name(POET)}")]
+    record = next(x for x in plan.desired.models if x.name == "tiny")
+    assert record.max_loras == 2
+    state = plan.applied(State(lineage="t"))
+    assert state.replicas[0].adapters == [LoadedAdapter(name="tiny-poet", cache_name=cache_name(POET),
+                                                        path=f"/var/cache/llmgw/{cache_name(POET)}")]
+    assert not make_plan(inputs([m], g, gf, state=state)).has_changes
+    # Loading at start instead, or another max_loras, runs the engine differently: replaced.
+    at_start = model("tiny", gpu_profile(), adapters=ADAPTERS[1:])
+    assert spec_hash(at_start, at_start.profiles[0]) != spec_hash(m, m.profiles[0])
+    more = model("tiny", gpu_profile(), adapters=ADAPTERS[1:], adapter_loading="runtime", max_loras=3)
+    assert spec_hash(more, more.profiles[0]) != spec_hash(m, m.profiles[0])
+    replan = make_plan(inputs([more], g, gf, state=state))
+    assert [(a.action, a.code) for a in replan.actions if a.replica] == [("replace", "definition_changed")]
+    # Loaded at start: no max_loras, no paths (the engine has them on its command line).
+    start = make_plan(inputs([at_start], g, gf)).desired.replicas[0]
+    assert start.max_loras is None and all(a.path is None for a in start.adapters or [])

@@ -108,7 +108,9 @@ def test_placed_records_are_the_validated_ones() -> None:
                                   source="hf://o/r/m.gguf", cache_name=cache_name("hf://o/r/m.gguf"), args=["--x"],
                                   env={"VLLM_LOGGING_LEVEL": "1"}, trust_remote_code=True,
                                   adapters=[PlannedAdapter(name="m-lora", source="hf://o/r/l.gguf",
-                                                           cache_name=cache_name("hf://o/r/l.gguf"))])
+                                                           cache_name=cache_name("hf://o/r/l.gguf"),
+                                                           path=f"/var/cache/llmgw/{cache_name('hf://o/r/l.gguf')}")],
+                                  max_loras=2)
     rep = PlannedReplica.placed(**rep_kw)
     validated = PlannedReplica(status="new", **rep_kw)
     assert rep == validated

@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
-"""Filters llmgw_engine_command (a shard's engine command line, word by word) and
+"""Filters llmgw_engine_command (a shard's engine command line, word by word),
+llmgw_engine_environment (what llmgw sets in its environment for the engine) and
 llmgw_engine_refusals (what preflight refuses in a shard entry).
 
 The command lines are built by llmgw's typed Python (llmgw.engines: one function per
@@ -16,7 +17,7 @@ from typing import Any, Dict, List
 from ansible.errors import AnsibleFilterError
 
 try:
-    from llmgw.engines import Layout, Shard, command
+    from llmgw.engines import Layout, Shard, command, environment
     from llmgw.engines.entry import check_entry
 except ImportError as e:  # pragma: no cover - a control host without llmgw
     _IMPORT_ERROR: ImportError | None = e
@@ -36,6 +37,17 @@ def llmgw_engine_command(shard: Dict[str, Any], install_dir: str, llamacpp_dir: 
         raise AnsibleFilterError(f"shard {shard.get('unit', '?')}: {e}") from e
 
 
+def llmgw_engine_environment(shard: Dict[str, Any]) -> Dict[str, str]:
+    """What llmgw sets in the shard's environment for its engine (vLLM's run-time LoRA switch)."""
+    if _IMPORT_ERROR is not None:
+        raise AnsibleFilterError(f"llmgw_engine_environment needs the llmgw package on the control host: "
+                                 f"{_IMPORT_ERROR}")
+    try:
+        return environment(Shard.from_entry(shard))
+    except (KeyError, TypeError, ValueError) as e:
+        raise AnsibleFilterError(f"shard {shard.get('unit', '?')}: {e}") from e
+
+
 def llmgw_engine_refusals(shard: Dict[str, Any]) -> List[str]:
     """Every problem of a present shard entry (defaults filled in); [] when it is clean."""
     if _IMPORT_ERROR is not None:
@@ -45,4 +57,5 @@ def llmgw_engine_refusals(shard: Dict[str, Any]) -> List[str]:
 
 class FilterModule:
     def filters(self) -> Dict[str, Any]:
-        return {"llmgw_engine_command": llmgw_engine_command, "llmgw_engine_refusals": llmgw_engine_refusals}
+        return {"llmgw_engine_command": llmgw_engine_command, "llmgw_engine_environment": llmgw_engine_environment,
+                "llmgw_engine_refusals": llmgw_engine_refusals}
