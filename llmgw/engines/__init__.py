@@ -9,6 +9,8 @@ argument parsers. docs/engines.md: how to add one (a module, and its line below)
 from __future__ import annotations
 
 from llmgw.engines import descriptor, llamacpp, sglang, versions, vllm
+from llmgw.engines.args import Device
+from llmgw.engines.concurrency import max_running
 from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register, unregister
 from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter
 
@@ -29,6 +31,7 @@ def command(shard: Shard, layout: Layout) -> list[str]:
 
 __all__ = [
     "INIT_PORT_OFFSET",
+    "Device",
     "Engine",
     "Layout",
     "Peer",
@@ -38,6 +41,7 @@ __all__ = [
     "descriptor",
     "find",
     "get",
+    "max_running",
     "names",
     "python_engines",
     "python_requirement",

@@ -7,7 +7,10 @@ file holding it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmgw.engines import flags, versions
+from llmgw.engines.args import Device, int_value
 from llmgw.engines.descriptor import Engine
 from llmgw.engines.shard import Layout, Shard
 
@@ -62,6 +65,15 @@ ENDPOINTS = {
     "POST /v1/tokenize": "/v1/tokenize",
     "POST /v1/detokenize": "/v1/detokenize",
 }
+
+def max_running(args: Sequence[str], gpus: int, nodes: int, device: Device | None) -> int | None:
+    """Requests a replica runs at once (llmgw.engines.concurrency): `--max-running-requests`
+    when the catalog sets it. Its default in 0.5.23 is sized from the KV cache the engine finds
+    room for once the weights are loaded (sglang/srt/model_executor/pool_configurator.py,
+    `_resolve_max_running_requests_per_worker`: cache tokens / context length x 512, within
+    2048..4096 and at most half the cache tokens), so nothing before the start can say it: None."""
+    return int_value(args, "--max-running-requests")
+
 
 ENGINE = Engine(
     name="sglang", title="SGLang", command=command, install="venv",
