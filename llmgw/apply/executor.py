@@ -74,14 +74,11 @@ class Applier:
     def __init__(self, *, plan: Plan, state_file: Path, inventory: Inventory, hosts: Hosts,
                  wheelhouse: Callable[[], Path], grace: float = 120.0, progress: Progress | None = None,
                  say: Say | None = None, fabric_hcas: Callable[[str, str], list[str]] | None = None,
-                 backend: StateBackend | None = None, meta: WriteMeta | None = None,
+                 backend: StateBackend | None = None, meta: WriteMeta | None = None, routers_installed: bool = False,
                  verify: Callable[[Sequence[PlannedReplica]], None] | None = None,
-                 routers_installed: bool = False,
-                 gpu_device: Callable[[str, int], Device | None] | None = None) -> None:
+                 gpu_device: Callable[[PlannedShard], Device | None] | None = None) -> None:
         self.plan = plan
-        # (node, GPU index) -> what the host's facts say of that GPU, for the engines' defaults
-        # that depend on it (vLLM's --max-num-seqs); None: not known.
-        self.gpu_device = gpu_device or (lambda _node, _index: None)
+        self.gpu_device = gpu_device or (lambda _s: None)  # a shard's first GPU by the facts, for vLLM's defaults
         # Checks new replicas (catalog `requires:`, llmgw.probe.verify) before they are recorded
         # ready; raising leaves them `starting`, for the next plan to replace.
         self.verify = verify
@@ -196,13 +193,6 @@ class Applier:
                               **({"rank": a.rank} if a.rank is not None else {})}
                              for a in r.adapters or []] if s.rank == 0 else []}
 
-    def _max_running(self, r: PlannedReplica) -> int | None:
-        """Requests the replica's engine runs at once, by the command line its units get (the
-        router's admission default, recorded with the replica)."""
-        first = next(s for s in r.shards if s.rank == 0)
-        device = self.gpu_device(first.node, first.gpus[0]) if first.gpus else None
-        return max_running(r.engine, r.args or [], gpus=len(first.gpus), nodes=len(r.shards), device=device)
-
     def _shard_hcas(self, r: PlannedReplica, s: PlannedShard) -> list[str]:
         """NCCL_IB_HCA: the adapters the plan chose nearest the shard's GPUs, else the node's on the fabric."""
         if len(r.shards) <= 1:
@@ -239,7 +229,9 @@ class Applier:
         now = datetime.now(UTC)
         records = [Replica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, state="starting",
                            endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now, cache_name=r.cache_name,
-                           source=r.source, adapters=loaded_adapters(r), max_running=self._max_running(r),
+                           source=r.source, adapters=loaded_adapters(r),  # max_running: admission's default
+                           max_running=max_running(r.engine, r.args or [], gpus=len(r.shards[0].gpus),
+                                                   nodes=len(r.shards), device=self.gpu_device(r.shards[0])),
                            shards=[Shard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit)
                                    for s in r.shards]) for r in replicas]
         known = {r.id for r in self.state.replicas}

@@ -14,7 +14,7 @@ from llmgw.errors import LlmgwError
 from llmgw.facts import HostFacts
 from llmgw.facts.cache import read_facts
 from llmgw.inventory import Inventory, load_inventory
-from llmgw.planner import FabricIndex, Plan
+from llmgw.planner import FabricIndex, Plan, PlannedShard
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
 from llmgw.state import StateBackend, WriteMeta, backend_for, is_state_url
@@ -72,12 +72,12 @@ def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:
     return lookup
 
 
-def gpu_device(site: Site) -> Callable[[str, int], Device | None]:
-    """(node, GPU index) -> that GPU's name and memory from the facts cache, read on first use;
-    None where the facts do not say."""
+def gpu_device(site: Site) -> Callable[[PlannedShard], Device | None]:
+    """A shard -> its first GPU's name and memory from the facts cache, read on first use;
+    None where the facts do not say (or the shard has no GPU)."""
     devices: list[dict[tuple[str, int], Device]] = []
 
-    def lookup(node: str, index: int) -> Device | None:
+    def lookup(shard: PlannedShard) -> Device | None:
         if not devices:
             try:
                 found = read_facts(site.facts_dir)
@@ -85,7 +85,7 @@ def gpu_device(site: Site) -> Callable[[str, int], Device | None]:
                 found = {}
             devices.append({(host, g.index): Device(g.name, g.memory_total_mb)
                             for host, f in found.items() for g in f.gpus or []})
-        return devices[0].get((node, index))
+        return devices[0].get((shard.node, shard.gpus[0])) if shard.gpus else None
 
     return lookup
 

@@ -8,10 +8,11 @@ argument parsers. docs/engines.md: how to add one (a module, and its line below)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from llmgw.engines import descriptor, llamacpp, sglang, versions, vllm
-from llmgw.engines.args import Device
-from llmgw.engines.concurrency import max_running
 from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register, unregister
+from llmgw.engines.flags import Device
 from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter
 
 for _engine in (vllm.ENGINE, sglang.ENGINE, llamacpp.ENGINE):
@@ -29,8 +30,31 @@ def command(shard: Shard, layout: Layout) -> list[str]:
     return get(shard.engine).command(shard, layout)
 
 
+# Requests a replica runs at once, for the engines that do not say it themselves (llama.cpp's
+# /props does: router/slots.py): each engine module's `max_running`, beside its command line.
+# Their home is the descriptor (a field of Engine); descriptor.py is being changed beside this,
+# so this table names them until it takes them.
+_MAX_RUNNING: dict[str, Callable[[Sequence[str], int, int, Device | None], int | None]] = {
+    "vllm": vllm.max_running,
+    "sglang": sglang.max_running,
+}
+MAX_RUNNING_MOST = 65536  # the state's bound, as a profile's max_in_flight's
+
+
+def max_running(engine: str, args: Sequence[str], *, gpus: int, nodes: int,
+                device: Device | None = None) -> int | None:
+    """Requests a replica of `engine` started with the catalog's `args` runs at once, by its
+    command line, as apply records it for the router's admission (its shards: `nodes` of
+    `gpus` GPUs each; `device`: its first GPU as the facts describe it); None when the engine
+    says it itself (llama.cpp) or nothing before the start can (SGLang's default)."""
+    declared = _MAX_RUNNING.get(engine)
+    n = declared(args, gpus, nodes, device) if declared is not None else None
+    return min(n, MAX_RUNNING_MOST) if n is not None else None
+
+
 __all__ = [
     "INIT_PORT_OFFSET",
+    "MAX_RUNNING_MOST",
     "Device",
     "Engine",
     "Layout",

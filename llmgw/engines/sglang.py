@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmgw.engines import flags, versions
-from llmgw.engines.args import Device, int_value
 from llmgw.engines.descriptor import Engine
+from llmgw.engines.flags import Device, int_value
 from llmgw.engines.shard import Layout, Shard
 
 
@@ -67,7 +67,7 @@ ENDPOINTS = {
 }
 
 def max_running(args: Sequence[str], gpus: int, nodes: int, device: Device | None) -> int | None:
-    """Requests a replica runs at once (llmgw.engines.concurrency): `--max-running-requests`
+    """Requests a replica runs at once (llmgw.engines.max_running): `--max-running-requests`
     when the catalog sets it. Its default in 0.5.23 is sized from the KV cache the engine finds
     room for once the weights are loaded (sglang/srt/model_executor/pool_configurator.py,
     `_resolve_max_running_requests_per_worker`: cache tokens / context length x 512, within

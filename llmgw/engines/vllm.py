@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmgw.engines import flags, versions
-from llmgw.engines.args import Device, arg_value, int_value
 from llmgw.engines.descriptor import Engine
+from llmgw.engines.flags import Device, arg_value, int_value
 from llmgw.engines.shard import Layout, Shard
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -101,7 +101,7 @@ ENDPOINTS = {
     "POST /v1/detokenize": "/detokenize",
 }
 
-# -- requests at once (llmgw.engines.concurrency: the router's admission default) -----------
+# -- requests at once (llmgw.engines.max_running: the router's admission default) -----------
 # vLLM runs at most `--max-num-seqs` sequences at once (per data-parallel rank: llmgw runs one).
 # Its default in 0.32.0 for the OpenAI server, by device (vllm/engine/arg_utils.py,
 # EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER): 128 per rank of the world

@@ -5,7 +5,7 @@ Each ready replica has a concurrency target (`replica_slots`): its catalog profi
 `max_in_flight` when set, else the slots its engine says it runs (slots.py: llama.cpp's
 `--parallel`, from its /props), else what apply recorded its engine runs (the state's
 `max_running`: vLLM's `--max-num-seqs` or the pinned version's default for the device, SGLang's
-`--max-running-requests`; llmgw.engines.concurrency), else none (the engine's own queue
+`--max-running-requests`; llmgw.engines.max_running), else none (the engine's own queue
 decides, as before). A model's
 capacity is the sum over its routable replicas; with several worker processes each worker
 admits up to its part of it (the kernel spreads connections across workers evenly).

@@ -5,7 +5,7 @@ default for a replica is what the engine says it runs, not what llmgw guesses: a
 operator may start llama.cpp with any `--parallel` (the engine role's
 `llmgw_engine_llamacpp_parallel`). llama-server reports it as `total_slots` in `GET /props`.
 Other engines (vLLM, SGLang) report no such number: apply records what their command line
-makes them run (the state's `max_running`, llmgw.engines.concurrency), which admission reads
+makes them run (the state's `max_running`, llmgw.engines.max_running), which admission reads
 when no engine answered here.
 
 Asked with the health checks (health.py): every `health_interval`, the first one after

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.engines import Device, max_running
-from llmgw.engines.args import arg_value, int_value
+from llmgw.engines import MAX_RUNNING_MOST, Device, max_running
+from llmgw.engines.flags import arg_value, int_value
 
 H100 = Device("NVIDIA H100 80GB HBM3", 81559)
 A100 = Device("NVIDIA A100-SXM4-80GB", 81920)
@@ -44,7 +44,7 @@ def test_the_last_spelling_of_a_flag_wins() -> None:
     (("--max-num-batched-tokens", "100"), 1, 1, H100, 100),  # caps a default
     (("--max-num-batched-tokens", "100", "--max-num-seqs", "300"), 1, 1, H100, 300),
     (("--max-num-seqs", "300", "--max-num-active-seqs", "40"), 1, 1, H100, 40),  # what may be running
-    (("--max-num-seqs", "999999"), 1, 1, H100, 65536),  # the state's bound
+    (("--max-num-seqs", "999999"), 1, 1, H100, MAX_RUNNING_MOST),  # the state's bound
 ])
 def test_vllm_runs_its_max_num_seqs_or_its_default_for_the_device(
         args: tuple[str, ...], gpus: int, nodes: int, device: Device | None, want: int) -> None:
