@@ -69,9 +69,10 @@ ENDPOINTS = {
 def max_running(args: Sequence[str], gpus: int, nodes: int, device: Device | None) -> int | None:
     """Requests a replica runs at once (llmgw.engines.max_running): `--max-running-requests`
     when the catalog sets it. Its default in 0.5.23 is sized from the KV cache the engine finds
-    room for once the weights are loaded (sglang/srt/model_executor/pool_configurator.py,
-    `_resolve_max_running_requests_per_worker`: cache tokens / context length x 512, within
-    2048..4096 and at most half the cache tokens), so nothing before the start can say it: None."""
+    room for once the weights are loaded (sglang/srt/mem_cache/kv_cache_configurator.py,
+    `resolve_max_num_reqs`: cache tokens / context length x 512, within 2048..4096, and at
+    most half the cache tokens, which caps a set value too), so nothing before the start can
+    say it: None."""
     return int_value(args, "--max-running-requests")
 
 
