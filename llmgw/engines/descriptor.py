@@ -15,6 +15,7 @@ imports it, and its import closure is pinned.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -47,6 +48,39 @@ flexible (vLLM's FlexibleArgumentParser: argparse plus `--a_b` and `--a.key`); e
 
 Flags = Mapping[str, tuple[str, str]]  # option string -> (owned | trust, what it is): llmgw.engines.flags
 
+# The lowest NVIDIA driver that runs a program built with any CUDA of a major release, under
+# NVIDIA's minor-version compatibility ("CUDA 13.x: >= 580, CUDA 12.x: >= 525, CUDA 11.x: >= 450",
+# https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html, table 1).
+# This floor, not the toolkit's own release driver (580.65.06 for 13.0), because the pinned
+# wheels carry their CUDA libraries (the nvidia-* wheels) and compiled kernels, so only the
+# driver's major family binds: a 12.x build measured running on a driver that reports 12.2,
+# a 13.0 build refusing to start there (eullm/eullm#428). The toolkit's own number would turn
+# away only pre-release drivers of the same branch.
+MIN_DRIVER: Mapping[int, str] = {11: "450", 12: "525", 13: "580"}
+
+
+@dataclass(frozen=True)
+class GpuBuild:
+    """What an engine's pinned GPU build needs of a host's NVIDIA stack (llmgw.stack applies it
+    to every GPU profile of the engine; the engine role refuses an older driver)."""
+
+    kind: str  # what a sentence calls the build: "wheel"
+    cuda: str  # the CUDA version it is built against, "13.0"
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[0-9]+\.[0-9]+", self.cuda) or self.major not in MIN_DRIVER:
+            raise ValueError(f"GPU build for CUDA {self.cuda!r}: write MAJOR.MINOR of a CUDA release "
+                             f"llmgw knows the driver floor of ({', '.join(f'{m}.x' for m in MIN_DRIVER)})")
+
+    @property
+    def major(self) -> int:
+        return int(self.cuda.split(".")[0])
+
+    @property
+    def driver(self) -> str:
+        """The lowest driver that runs it (MIN_DRIVER of its CUDA major release)."""
+        return MIN_DRIVER[self.major]
+
 
 @dataclass(frozen=True)
 class Engine:
@@ -69,6 +103,10 @@ class Engine:
     weight_formats: tuple[str, ...]
     multi_node: MultiNode
     remote_code: bool  # may run the model repository's own code (`trust_remote_code: true`)
+    # What the pinned GPU build needs of the host's NVIDIA stack; None where there is no pinned
+    # GPU build (a binary engine: the operator builds it, and a profile's `requires:` says
+    # what that build needs). Required of every engine so that none forgets it.
+    gpu_build: GpuBuild | None
     adapters: Adapters = "none"
     # Options of the parser that are a prefix of a refused one but are tuning themselves
     # (argparse takes an exact option before a prefix): never refused.
@@ -80,6 +118,9 @@ class Engine:
                 or (self.install == "binary") != bool(self.programs):
             raise ValueError(f"engine {self.name}: a venv engine has a distribution and a version, "
                              "a binary one programs instead")
+        if self.install == "venv" and self.gpu_build is None:
+            raise ValueError(f"engine {self.name}: a venv engine installs a pinned GPU build ({self.distribution}); "
+                             "say what it needs of the host (gpu_build=GpuBuild(kind, cuda))")
         if self.key == "env" and not self.key_env:
             raise ValueError(f"engine {self.name}: key 'env' needs key_env")
         unknown = set(self.weight_formats) - set(WEIGHT_FORMATS)
@@ -92,6 +133,12 @@ class Engine:
         if self.distribution is None:
             raise ValueError(f"{self.name!r} is not a Python engine ({', '.join(python_engines())})")
         return f"{self.distribution[0 if gpus else 1]}=={self.version}"
+
+    def gpu_build_name(self) -> str:
+        """How a sentence names the pinned GPU build: "vLLM 0.32.0's wheel"."""
+        if self.gpu_build is None:
+            raise ValueError(f"{self.name!r} has no pinned GPU build")
+        return f"{self.title} {self.version}'s {self.gpu_build.kind}"
 
 
 _REGISTRY: dict[str, Engine] = {}
@@ -141,5 +188,5 @@ def for_format(fmt: str) -> tuple[str, ...]:
     return tuple(e.name for e in _REGISTRY.values() if fmt in e.weight_formats)
 
 
-__all__ = ["WEIGHT_FORMATS", "Adapters", "Engine", "Install", "KeyHandling", "MultiNode", "Parser", "engines",
-           "find", "for_format", "get", "names", "python_engines", "register", "unregister"]
+__all__ = ["MIN_DRIVER", "WEIGHT_FORMATS", "Adapters", "Engine", "GpuBuild", "Install", "KeyHandling", "MultiNode",
+           "Parser", "engines", "find", "for_format", "get", "names", "python_engines", "register", "unregister"]

@@ -78,5 +78,9 @@ ENGINE = Engine(
     weight_formats=("gguf",),
     multi_node="tcp",  # rpc-server workers over TCP: CPU hosts too, no fabric
     remote_code=False,  # GGUF weights only: no code from the model to run
+    # No pinned GPU build: the operator builds llama-server (with the CUDA toolkit of their
+    # choice) and apply copies it, so no nvcc is needed on the host, and the driver it needs is
+    # that toolkit's family's (descriptor.MIN_DRIVER): a profile's `requires:` says so.
+    gpu_build=None,
     adapters="static",  # --lora at start; its /lora-adapters only rescales those
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmgw.engines import flags, versions
-from llmgw.engines.descriptor import Engine
+from llmgw.engines.descriptor import Engine, GpuBuild
 from llmgw.engines.flags import Device, int_value
 from llmgw.engines.shard import Layout, Shard
 
@@ -86,5 +86,6 @@ ENGINE = Engine(
     # SGLang reads its key only as an option: from the YAML file of options `--config` names.
     key="config", key_env="", endpoints=ENDPOINTS, weight_formats=("safetensors", "pytorch"),
     multi_node="fabric", remote_code=True,
+    gpu_build=GpuBuild("wheel", versions.SGLANG_CUDA),  # torch's and sgl-kernel's CUDA (versions.py)
     adapters="runtime",  # LoRA: --lora-paths at start, /load_lora_adapter while serving
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmgw.engines import flags, versions
-from llmgw.engines.descriptor import Engine
+from llmgw.engines.descriptor import Engine, GpuBuild
 from llmgw.engines.flags import Device, arg_value, int_value
 from llmgw.engines.shard import Layout, Shard
 
@@ -157,5 +157,6 @@ ENGINE = Engine(
     tuning_prefixes=frozenset({"--reasoning-parser", "-dc"}),
     key="env", key_env="VLLM_API_KEY", endpoints=ENDPOINTS, weight_formats=("safetensors", "pytorch"),
     multi_node="fabric", remote_code=True,
+    gpu_build=GpuBuild("wheel", versions.VLLM_CUDA),  # the `vllm` wheel's CUDA (versions.py says whence)
     adapters="runtime",  # LoRA: --lora-modules at start, /v1/load_lora_adapter while serving
 )

@@ -22,6 +22,7 @@ from llmgw.gpus import gpu_left_out
 from llmgw.inventory import Host
 from llmgw.planner.inputs import FabricIndex
 from llmgw.site import PortRange
+from llmgw.stack import Requirement
 from llmgw.weights.present import copy_keys, is_copy, servable_path, source_keys
 from llmgw.weights.shared import cache_filesystem, declared_dir
 
@@ -194,7 +195,8 @@ class StaticKey:
     # A file:// source's path (`model_file`): only nodes listing a folder above it in
     # llmgw_model_dirs can serve it, as the host's weights module refuses any other path.
     model_file: str | None = None
-    requires: tuple[tuple[str, str], ...] = ()  # the profile's host stack (StackRequires.items())
+    # The host stack: the profile's `requires:` and its engine's GPU build's (llmgw.stack.requirements).
+    requires: tuple[Requirement, ...] = ()
 
 
 GroupKey = tuple[str, tuple[tuple[str, str], ...]]  # fabric, adapter->leaf signature ((): no leaves known)

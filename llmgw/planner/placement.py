@@ -46,7 +46,7 @@ from llmgw.planner.fleet import (
     model_file,
 )
 from llmgw.planner.spreading import GROUPINGS, SPREADS, Grouping, SpreadIndex
-from llmgw.stack import stack_reason
+from llmgw.stack import requirements, stack_reason
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Need:
                             ("memory_mb", p.min_memory_gb * MB_PER_GB),
                             ("key", StaticKey(p.gpu_class, tuple(sorted(p.node_selector.items())), p.gpus,
                                               p.min_memory_gb, needs_fabric(p), model_file(self.model.source),
-                                              p.requires.items()))):
+                                              requirements(p.requires, get(p.engine), p.gpus)))):
             object.__setattr__(self, name, value)
 
 

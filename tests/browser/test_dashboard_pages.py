@@ -40,10 +40,10 @@ def test_nodes_and_a_node(page: Page, dashboard: Dashboard) -> None:
     expect(page.locator("tr[data-node='a100-node-03']")).to_contain_text("stale")
     expect(page.locator("tr[data-node='new-01']")).to_contain_text("never")
     # The H200 hosts' stack, and the fleet's versions under the table (unknown counted apart).
-    expect(page.locator("tr[data-node='gpu-node-09'] td.stack")).to_have_text("570.133.20/12.8 rdma 50.0-2 fm active")
+    expect(page.locator("tr[data-node='gpu-node-09'] td.stack")).to_have_text("580.95.05/13.0 rdma 50.0-2 fm active")
     expect(page.locator("tr[data-node='gpu-node-10'] td.stack")).to_have_text("535.183.01/12.2")
     drivers = page.locator("table.versions tr[data-versions='driver']")
-    expect(drivers.locator("[data-version='570.133.20']")).to_have_text("570.133.20: 1")
+    expect(drivers.locator("[data-version='580.95.05']")).to_have_text("580.95.05: 1")
     expect(drivers).to_contain_text("unknown: 18")
     screenshot(page, "nodes")
     page.locator("a", has_text="gpu-node-06").first.click()

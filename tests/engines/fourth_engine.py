@@ -26,7 +26,7 @@ ENGINE = Engine(
     parser="exact", key="env", key_env="TINYSERVE_API_KEY",
     endpoints={"POST /v1/chat/completions": "/v1/chat/completions", "POST /v1/rerank": "/v1/rerank",
                "POST /v1/tokenize": "/tokenize"},
-    weight_formats=("gguf",), multi_node="none", remote_code=False)
+    weight_formats=("gguf",), multi_node="none", remote_code=False, gpu_build=None)
 
 SITECUSTOMIZE = """\
 from llmgw.engines import register

@@ -81,11 +81,11 @@ def test_the_table_marks_unknown_with_a_dash() -> None:
         and rows["old-01"][7] == "-"
     # The H200 hosts' stack: driver/CUDA, rdma-core, fabric manager where they reported them.
     stack = {line.split()[0]: line[lines[0].index("STACK"):lines[0].index("FABRICS")].strip() for line in lines[1:21]}
-    assert stack["gpu-node-09"] == "570.133.20/12.8 rdma 50.0-2 fm active"
+    assert stack["gpu-node-09"] == "580.95.05/13.0 rdma 50.0-2 fm active"
     assert stack["gpu-node-10"] == "535.183.01/12.2" and stack["gpu-node-01"] == "-" and stack["new-01"] == "-"
     assert ("Host stack versions:\n"
-            "  NVIDIA driver: 570.133.20 on 1 host, 535.183.01 on 1 host, unknown on 18 hosts\n"
-            "  CUDA: 12.8 on 1 host, 12.2 on 1 host, unknown on 18 hosts\n"
+            "  NVIDIA driver: 580.95.05 on 1 host, 535.183.01 on 1 host, unknown on 18 hosts\n"
+            "  CUDA: 13.0 on 1 host, 12.2 on 1 host, unknown on 18 hosts\n"
             "  rdma-core: 50.0-2 on 1 host, unknown on 19 hosts\n"
             "  MLNX_OFED: unknown on 20 hosts\n") in result.stdout
     assert ("GPUs placement leaves out (cordoned, or of unknown health):\n  gpu-node-10: GPU 7 cordoned "
@@ -107,13 +107,13 @@ def test_json_has_the_stack_column_and_the_fleet_versions() -> None:
     view = json.loads(result.stdout)
     nodes = {n["node"]: n for n in view["nodes"]}
     h200 = nodes["gpu-node-09"]
-    assert h200["stack"] == "570.133.20/12.8 rdma 50.0-2 fm active"
+    assert h200["stack"] == "580.95.05/13.0 rdma 50.0-2 fm active"
     assert (h200["gpu_driver"], h200["cuda_version"], h200["rdma_core"], h200["ofed"], h200["fabric_manager"]) == \
-        ("570.133.20", "12.8", "50.0-2", None, "active")
+        ("580.95.05", "13.0", "50.0-2", None, "active")
     assert nodes["new-01"]["stack"] == "-" and nodes["cpu-01"]["stack"] == "-"
     versions = view["versions"]
     assert versions["driver"] == {"label": "NVIDIA driver", "unknown": 18, "versions": [
-        {"version": "570.133.20", "hosts": 1}, {"version": "535.183.01", "hosts": 1}]}
+        {"version": "580.95.05", "hosts": 1}, {"version": "535.183.01", "hosts": 1}]}
     assert versions["rdma_core"]["versions"] == [{"version": "50.0-2", "hosts": 1}]
     assert versions["ofed"] == {"label": "MLNX_OFED", "unknown": 20, "versions": []}
     assert all(sum(e["hosts"] for e in v["versions"]) + v["unknown"] == len(nodes) for v in versions.values())
@@ -125,7 +125,7 @@ def test_a_hostile_driver_version_cannot_break_the_table(example: Path) -> None:
     write_facts(example / "facts", facts["gpu-node-01"].model_copy(
         update={"gpu_driver": "570[bold]x\n9", "cuda_version": "12.8"}))
     write_facts(example / "facts", facts["gpu-node-02"].model_copy(
-        update={"gpu_driver": "570.133.20", "cuda_version": "12.8", "ofed": "24.10-1.1.4.0"}))
+        update={"gpu_driver": "580.95.05", "cuda_version": "13.0", "ofed": "24.10-1.1.4.0"}))
     result = run_cli("-C", str(example), "nodes")
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -133,12 +133,12 @@ def test_a_hostile_driver_version_cannot_break_the_table(example: Path) -> None:
     assert " 570[bold]x?9/12.8 " in row  # markup shown as text, the newline as `?`: one line
     assert len([line for line in lines[1:21] if line.strip()]) == 20
     # Counted under its leading number (570), as the planner's requirements read it.
-    assert "  NVIDIA driver: 570.133.20 on 2 hosts, 570[bold]x?9 on 1 host, 535.183.01 on 1 host, " \
+    assert "  NVIDIA driver: 580.95.05 on 2 hosts, 570[bold]x?9 on 1 host, 535.183.01 on 1 host, " \
            "unknown on 16 hosts" in result.stdout
     assert "  MLNX_OFED: 24.10-1.1.4.0 on 1 host, unknown on 19 hosts" in result.stdout
     nodes = nodes_json(example)
     assert nodes["gpu-node-01"]["gpu_driver"] == "570[bold]x\n9"  # the JSON keeps what was reported
-    assert nodes["gpu-node-02"]["stack"] == "570.133.20/12.8 ofed 24.10-1.1.4.0"
+    assert nodes["gpu-node-02"]["stack"] == "580.95.05/13.0 ofed 24.10-1.1.4.0"
 
 
 def test_gpus_used_by_replicas_are_not_free(example: Path) -> None:

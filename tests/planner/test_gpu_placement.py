@@ -35,8 +35,10 @@ def test_the_example_rejects_exactly_the_broken_gpus_with_the_xid() -> None:
     assert "GPU 6 unhealthy: GPU 6's PCIe link is degraded: x8 of x16 lanes" in h200["gpu-node-09"]
     # GPU 2's application Xid and GPU 5's idle PCIe generation are notes: not left out.
     assert "GPU 2" not in h200["gpu-node-09"] and "GPU 5" not in h200["gpu-node-09"]
-    # The profile requires driver >= 570: the host with 535 is rejected as a whole, naming it.
-    assert h200["gpu-node-10"] == "gpu-node-10: has NVIDIA driver 535.183.01, needs >=570"
+    # The profile requires driver >= 570, vLLM's wheel (CUDA 13.0) >= 580: the host with 535 is
+    # rejected as a whole, naming its driver and the stricter of the two.
+    assert h200["gpu-node-10"] == ("gpu-node-10: driver 535.183.01 supports CUDA 12.2; vLLM 0.32.0's wheel is "
+                                   "built for CUDA 13.0 (needs driver >=580, stricter than the profile's >=570)")
     # No other host is rejected for its GPUs' health, and neither H200 host as a whole.
     for r in (r for u in plan.unplaced for r in u.rejections):
         if r.node not in ("gpu-node-09", "gpu-node-10"):

@@ -58,7 +58,7 @@ def test_the_stack_column(page: str) -> None:
     header = re.findall(r"<th[^>]*>(.*?)</th>", page.split("</thead>")[0])
     col = header.index("Stack")
     assert header[col - 1] == "Classes" and header[col + 1] == "Memory"
-    assert cells(page, "gpu-node-09")[col] == "570.133.20/12.8 rdma 50.0-2 fm active"
+    assert cells(page, "gpu-node-09")[col] == "580.95.05/13.0 rdma 50.0-2 fm active"
     assert cells(page, "gpu-node-10")[col] == "535.183.01/12.2"
     assert cells(page, "new-01")[col] == "-" and cells(page, "cpu-01")[col] == "-"
     assert all(len(cells(page, n)) == len(header) for n in ("gpu-node-09", "new-01"))
@@ -69,7 +69,7 @@ def test_the_fleet_versions(page: str) -> None:
     driver = re.search(r'<tr data-versions="driver">(.*?)</tr>', summary, re.S)
     assert driver is not None
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", driver.group(1))).strip()
-    assert text.startswith("NVIDIA driver 570.133.20: 1 ")
+    assert text.startswith("NVIDIA driver 580.95.05: 1 ")
     assert "535.183.01: 1" in text and "unknown: 17" in text
     rdma = re.search(r'<tr data-versions="rdma_core">(.*?)</tr>', summary, re.S)
     assert rdma is not None and "50.0-2: 1" in rdma.group(1) and "unknown: 19" in rdma.group(1)
