@@ -32,6 +32,7 @@ from typing import Any
 
 from llmgw.apply.delivery import deliveries_for
 from llmgw.apply.hosts import Hosts, Progress
+from llmgw.engines import Device, max_running
 from llmgw.errors import PlanError, RunnerError
 from llmgw.inventory import DEFAULT_CACHE_DIR, Inventory
 from llmgw.planner import Action, Plan, PlannedReplica, PlannedShard, loaded_adapters
@@ -73,10 +74,11 @@ class Applier:
     def __init__(self, *, plan: Plan, state_file: Path, inventory: Inventory, hosts: Hosts,
                  wheelhouse: Callable[[], Path], grace: float = 120.0, progress: Progress | None = None,
                  say: Say | None = None, fabric_hcas: Callable[[str, str], list[str]] | None = None,
-                 backend: StateBackend | None = None, meta: WriteMeta | None = None,
+                 backend: StateBackend | None = None, meta: WriteMeta | None = None, routers_installed: bool = False,
                  verify: Callable[[Sequence[PlannedReplica]], None] | None = None,
-                 routers_installed: bool = False) -> None:
+                 gpu_device: Callable[[PlannedShard], Device | None] | None = None) -> None:
         self.plan = plan
+        self.gpu_device = gpu_device or (lambda _s: None)  # a shard's first GPU by the facts, for vLLM's defaults
         # Checks new replicas (catalog `requires:`, llmgw.probe.verify) before they are recorded
         # ready; raising leaves them `starting`, for the next plan to replace.
         self.verify = verify
@@ -229,7 +231,9 @@ class Applier:
         now = datetime.now(UTC)
         records = [Replica(id=r.id, model=r.model, profile=r.profile, engine=r.engine, state="starting",
                            endpoint=r.endpoint, spec_hash=r.spec_hash, created_at=now, cache_name=r.cache_name,
-                           source=r.source, adapters=loaded_adapters(r),
+                           source=r.source, adapters=loaded_adapters(r),  # max_running: admission's default
+                           max_running=max_running(r.engine, r.args or [], gpus=len(r.shards[0].gpus),
+                                                   nodes=len(r.shards), device=self.gpu_device(r.shards[0])),
                            shards=[Shard(node=s.node, rank=s.rank, gpus=list(s.gpus), port=s.port, unit=s.unit)
                                    for s in r.shards]) for r in replicas]
         known = {r.id for r in self.state.replicas}

@@ -9,11 +9,12 @@ from llmgw.apply.engine_keys import EngineKeyring
 from llmgw.apply.executor import Applier, Say
 from llmgw.apply.hosts import Hosts, Progress
 from llmgw.apply.wheelhouse import wheelhouse
+from llmgw.engines import Device
 from llmgw.errors import LlmgwError
 from llmgw.facts import HostFacts
 from llmgw.facts.cache import read_facts
 from llmgw.inventory import Inventory, load_inventory
-from llmgw.planner import FabricIndex, Plan
+from llmgw.planner import FabricIndex, Plan, PlannedShard
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
 from llmgw.state import StateBackend, WriteMeta, backend_for, is_state_url
@@ -71,6 +72,24 @@ def fabric_hcas(site: Site) -> Callable[[str, str], list[str]]:
     return lookup
 
 
+def gpu_device(site: Site) -> Callable[[PlannedShard], Device | None]:
+    """A shard -> its first GPU's name and memory from the facts cache, read on first use;
+    None where the facts do not say (or the shard has no GPU)."""
+    devices: list[dict[tuple[str, int], Device]] = []
+
+    def lookup(shard: PlannedShard) -> Device | None:
+        if not devices:
+            try:
+                found = read_facts(site.facts_dir)
+            except LlmgwError:
+                found = {}
+            devices.append({(host, g.index): Device(g.name, g.memory_total_mb)
+                            for host, f in found.items() for g in f.gpus or []})
+        return devices[0].get((shard.node, shard.gpus[0])) if shard.gpus else None
+
+    return lookup
+
+
 def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20,
                 progress: Progress | None = None, say: Say | None = None,
                 engines_playbook: str = "apply.yml", backend: StateBackend | None = None,
@@ -84,4 +103,4 @@ def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20
                    wheelhouse=wheelhouse, grace=grace, progress=progress, say=say, fabric_hcas=fabric_hcas(site),
                    backend=backend or backend_for(site), meta=meta,
                    verify=replica_verifier(site, hosts.engine_keys.key if hosts.engine_keys else None, say),
-                   routers_installed=routers_installed)
+                   routers_installed=routers_installed, gpu_device=gpu_device(site))

@@ -8,8 +8,11 @@ argument parsers. docs/engines.md: how to add one (a module, and its line below)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmgw.engines import descriptor, llamacpp, sglang, versions, vllm
 from llmgw.engines.descriptor import Engine, find, get, names, python_engines, register, unregister
+from llmgw.engines.flags import Device
 from llmgw.engines.shard import INIT_PORT_OFFSET, Layout, Peer, Shard, ShardAdapter, is_host_path
 
 for _engine in (vllm.ENGINE, sglang.ENGINE, llamacpp.ENGINE):
@@ -35,8 +38,24 @@ def environment(shard: Shard) -> dict[str, str]:
     return {}
 
 
+MAX_RUNNING_MOST = 65536  # the state's bound, as a profile's max_in_flight's
+
+
+def max_running(engine: str, args: Sequence[str], *, gpus: int, nodes: int,
+                device: Device | None = None) -> int | None:
+    """Requests a replica of `engine` started with the catalog's `args` runs at once, by its
+    command line, as apply records it for the router's admission (its shards: `nodes` of
+    `gpus` GPUs each; `device`: its first GPU as the facts describe it); None when the engine
+    says it itself (llama.cpp) or nothing before the start can (SGLang's default)."""
+    declared = get(engine).max_running
+    n = declared(args, gpus, nodes, device) if declared is not None else None
+    return min(n, MAX_RUNNING_MOST) if n is not None else None
+
+
 __all__ = [
     "INIT_PORT_OFFSET",
+    "MAX_RUNNING_MOST",
+    "Device",
     "Engine",
     "Layout",
     "Peer",
@@ -48,6 +67,7 @@ __all__ = [
     "find",
     "get",
     "is_host_path",
+    "max_running",
     "names",
     "python_engines",
     "python_requirement",

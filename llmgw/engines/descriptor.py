@@ -16,9 +16,9 @@ imports it, and its import closure is pinned.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from llmgw.engines.shard import Layout, Shard
 
@@ -117,6 +117,11 @@ class Engine:
     # Options of the parser that are a prefix of a refused one but are tuning themselves
     # (argparse takes an exact option before a prefix): never refused.
     tuning_prefixes: frozenset[str] = frozenset()
+    # Requests a replica runs at once by its command line (the catalog's args, GPUs per shard,
+    # shards, its first GPU as the facts describe it: llmgw.engines.flags.Device), as apply
+    # records it for the router's admission; None: the engine says it itself (llama.cpp's
+    # /props, router/slots.py) or nothing before the start can.
+    max_running: Callable[[Sequence[str], int, int, Any], int | None] | None = None
     health: str = "/health"  # GET: 200 once the model is loaded (the role's wait, the router's checks)
 
     def __post_init__(self) -> None:

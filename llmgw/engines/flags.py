@@ -259,3 +259,37 @@ def check_env_name(name: str) -> str | None:
                 "remove it")
     return None
 
+
+# -- values of a catalog's args (llmgw.engines.max_running reads them) ---------------------
+# Read as the Python engines' parsers read the spellings llmgw documents: `--flag N` and
+# `--flag=N` (vLLM's `--flag_name` too: its caller turns underscores into dashes first); the
+# last occurrence wins, as in both parsers. A value that is not a positive integer gives none
+# (the engine refuses such a command line itself when it starts).
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What an engine's defaults read of a shard's first GPU (host facts): NVML's name and memory."""
+
+    name: str
+    memory_mib: int | None
+
+
+def arg_value(args: Sequence[str], *names: str) -> str | None:
+    """The value of the last `--name VALUE` or `--name=VALUE` in `args` for any of `names`."""
+    found: str | None = None
+    for i, word in enumerate(args):
+        flag, eq, value = word.partition("=")
+        if flag in names:
+            if eq:
+                found = value
+            elif i + 1 < len(args):
+                found = args[i + 1]
+    return found
+
+
+def int_value(args: Sequence[str], *names: str) -> int | None:
+    """`arg_value` as a positive integer; None when absent or not one."""
+    text = arg_value(args, *names)
+    if text is None or not (text.isascii() and text.isdigit()):
+        return None
+    n = int(text)
+    return n if n >= 1 else None

@@ -7,8 +7,11 @@ file holding it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmgw.engines import flags, versions
 from llmgw.engines.descriptor import Engine, GpuBuild
+from llmgw.engines.flags import Device, int_value
 from llmgw.engines.shard import Layout, Shard
 
 
@@ -63,6 +66,16 @@ ENDPOINTS = {
     "POST /v1/detokenize": "/v1/detokenize",
 }
 
+def max_running(args: Sequence[str], gpus: int, nodes: int, device: Device | None) -> int | None:
+    """Requests a replica runs at once (llmgw.engines.max_running): `--max-running-requests`
+    when the catalog sets it. Its default in 0.5.23 is sized from the KV cache the engine finds
+    room for once the weights are loaded (sglang/srt/mem_cache/kv_cache_configurator.py,
+    `resolve_max_num_reqs`: cache tokens / context length x 512, within 2048..4096, and at
+    most half the cache tokens, which caps a set value too), so nothing before the start can
+    say it: None."""
+    return int_value(args, "--max-running-requests")
+
+
 ENGINE = Engine(
     name="sglang", title="SGLang", command=command, install="venv",
     distribution=("sglang[all]", "sglang[all]"), version=versions.SGLANG, programs=(),
@@ -75,4 +88,5 @@ ENGINE = Engine(
     multi_node="fabric", remote_code=True,
     gpu_build=GpuBuild("wheel", versions.SGLANG_CUDA),  # torch's and sgl-kernel's CUDA (versions.py)
     adapters="runtime",  # LoRA: --lora-paths at start, /load_lora_adapter while serving
+    max_running=max_running,
 )

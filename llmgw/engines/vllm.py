@@ -15,8 +15,11 @@ parser with the same `make_arg_parser`, which the tests feed every line.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmgw.engines import flags, versions
 from llmgw.engines.descriptor import Engine, GpuBuild
+from llmgw.engines.flags import Device, arg_value, int_value
 from llmgw.engines.shard import Layout, Shard
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -109,6 +112,51 @@ ENDPOINTS = {
     "POST /v1/detokenize": "/detokenize",
 }
 
+# -- requests at once (llmgw.engines.max_running: the router's admission default) -----------
+# vLLM runs at most `--max-num-seqs` sequences at once (per data-parallel rank: llmgw runs one).
+# Its default in 0.32.0 for the OpenAI server, by device (vllm/engine/arg_utils.py,
+# EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER): 128 per rank of the world
+# (tensor x pipeline parallel) on a CPU; on a GPU 1024 with 160 GiB or more, 1024 with 70 GiB or
+# more unless it is an A100, else 256. `_set_default_max_num_seqs_and_batched_tokens_args` then
+# doubles a default under `--performance-mode throughput` and caps it at an explicit
+# `--max-num-batched-tokens`; `--max-num-active-seqs` lowers what runs below it.
+_SEQS_CPU, _SEQS_GPU, _SEQS_BIG_GPU = 128, 256, 1024
+_GIB = 1024  # MiB
+
+
+def _dashed(args: Sequence[str]) -> list[str]:
+    """Option names as vLLM's parser reads them (it turns underscores into dashes)."""
+    out = []
+    for word in args:
+        name, eq, value = word.partition("=")
+        out.append(name.replace("_", "-") + eq + value if name.startswith("--") else word)
+    return out
+
+
+def max_running(args: Sequence[str], gpus: int, nodes: int, device: Device | None) -> int:
+    """Sequences a replica runs at once, by its catalog `args` or the pinned version's default
+    for its device. A GPU not known (no facts) counts as the largest: a router limit above the
+    engine's only leaves the rest in the engine's queue, one below it would idle the engine."""
+    args = _dashed(args)
+    seqs = int_value(args, "--max-num-seqs")
+    if seqs is None:
+        if gpus == 0:
+            seqs = _SEQS_CPU * nodes  # the CPU build: world size 1 per node
+        elif device is None or device.memory_mib is None or device.memory_mib >= 160 * _GIB or \
+                (device.memory_mib >= 70 * _GIB and "a100" not in device.name.lower()):
+            seqs = _SEQS_BIG_GPU
+        else:
+            seqs = _SEQS_GPU
+        mode = arg_value(args, "--performance-mode")
+        if mode == "throughput":
+            seqs *= 2
+        batched = int_value(args, "--max-num-batched-tokens")
+        if batched is not None:
+            seqs = min(seqs, batched)
+    active = int_value(args, "--max-num-active-seqs")
+    return min(seqs, active) if active is not None else seqs
+
+
 ENGINE = Engine(
     name="vllm", title="vLLM", command=command, install="venv",
     # The GPU build on hosts whose shards have GPUs, the CPU build (same version, same
@@ -123,4 +171,5 @@ ENGINE = Engine(
     gpu_build=GpuBuild("wheel", versions.VLLM_CUDA),  # the `vllm` wheel's CUDA (versions.py says whence)
     adapters="runtime",  # LoRA: --lora-modules at start, /v1/load_lora_adapter while serving
     lora_api=("/v1/load_lora_adapter", "/v1/unload_lora_adapter"), runtime_lora_env=RUNTIME_LORA_ENV,
+    max_running=max_running,
 )

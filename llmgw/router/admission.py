@@ -3,7 +3,10 @@
 Each ready replica has a concurrency target (`replica_slots`): its catalog profile's
 `max_in_flight` (carried in the state's model record), else the router setting
 `max_in_flight` when set, else the slots its engine says it runs (slots.py: llama.cpp's
-`--parallel`, from its /props), else none (the engine's own queue decides, as before). A model's
+`--parallel`, from its /props), else what apply recorded its engine runs (the state's
+`max_running`: vLLM's `--max-num-seqs` or the pinned version's default for the device, SGLang's
+`--max-running-requests`; llmgw.engines.max_running), else none (the engine's own queue
+decides, as before). A model's
 capacity is the sum over its routable replicas; with several worker processes each worker
 admits up to its part of it (the kernel spreads connections across workers evenly).
 
@@ -66,14 +69,14 @@ def replica_slots(replica: ReplicaRuntime, settings: RouterSettings, counts: Slo
                   record: ModelRecord | None = None) -> int:
     """How many requests one replica should hold at once; 0: no router limit. Its profile's
     `max_in_flight` (the catalog's, in the model's `record`) first, then the router's, then
-    the engine's slots."""
+    the engine's slots (as it says them, else as apply recorded them)."""
     by_profile = record.max_in_flight.get(replica.record.profile) if record is not None else None
     if by_profile is not None:
         return by_profile
     if settings.max_in_flight > 0:
         return settings.max_in_flight
     learnt = counts.slots(replica.id, replica.endpoint) if counts is not None else None
-    return learnt or 0
+    return learnt or replica.record.max_running or 0
 
 
 def requested_priority(tenancy: Tenancy, header: bytes | None, service_tier: object) -> Priority:

@@ -43,6 +43,17 @@ engine's own, so "at most one request's completion budget over" still holds. Unl
 keys, and limited keys far from their limit, never wait for a tokenizer. Each reservation
 is settled with the request's real usage (the engine's count) at the next usage flush.
 
+What the body does not hold, its bytes do not bound: a Responses request continuing a stored
+response (`previous_response_id`, `conversation`: the engine prepends a history the router
+never sees) or media the engine fetches by URL (an image, video, audio or file part whose URL
+is not a `data:` URL, or a stored file's id: one short URL may stand for thousands of tokens).
+No tokenizer counts them either, so for a key under a token limit such a request is a 400
+saying what to send instead (the whole input; media inline as `data:` URLs), before anything
+is reserved: the limit is not waived. Keys under no token limit send them as before.
+Everything else a generating endpoint takes is in the body: a Responses `input` and
+`instructions` (rendered as chat messages), and tools (rendered by the chat template; vLLM's
+/tokenize counts them, tokenize.py).
+
 Requests per minute use a sliding-window estimate over clock minutes (the current
 minute's count plus the previous minute's, weighted by how much of it is still inside
 the window). Keys under no limit never wait for the store.
@@ -88,6 +99,14 @@ _GENERATES: dict[str, tuple[tuple[str, ...], str]] = {
 _CHOICE_FIELDS = ("n", "best_of")
 
 
+# Content parts that carry media, with where their URL is (chat: {"type": "image_url",
+# "image_url": {"url": ...}}; Responses: {"type": "input_image", "image_url": "..."}).
+_MEDIA_PARTS = {"image_url": "image_url", "video_url": "video_url", "audio_url": "audio_url",
+                "input_image": "image_url", "input_file": "file_url", "file": "file"}
+# Request fields that make the engine prepend what it stored (the Responses API).
+_STORED_HISTORY = ("previous_response_id", "conversation")
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """A generating request's completion budget, as reserved and as the engine must see it."""
@@ -95,6 +114,8 @@ class Budget:
     tokens: int  # per sequence
     sequences: int  # choices times prompts
     fields: tuple[str, ...]  # the body fields that carry `tokens` to the engine
+    # Why the body does not bound the prompt ("": it does); a token limit refuses such a request.
+    unbounded: str = ""
 
     @property
     def total(self) -> int:
@@ -104,6 +125,44 @@ class Budget:
 def prompt_bound(body_bytes: int, settings: RouterSettings) -> int:
     """The most tokens a request's prompt may count, by its body's size."""
     return math.ceil(body_bytes / max(settings.prompt_bytes_per_token, 1e-9))
+
+
+def _fetched(part: object) -> str:
+    """The kind of media a content part makes the engine fetch or look up ("" for none)."""
+    if not isinstance(part, dict):
+        return ""
+    kind = part.get("type")
+    where = _MEDIA_PARTS.get(kind) if isinstance(kind, str) else None
+    if where is None:
+        return ""
+    inner = part.get(where)
+    fields = inner if isinstance(inner, dict) else part  # chat nests its part's fields, Responses does not
+    if fields.get("file_id") is not None:
+        return f"a stored file ({kind})"
+    ref = inner.get("url") if isinstance(inner, dict) else inner
+    if (isinstance(ref, str) and ref.startswith("data:")) or isinstance(fields.get("file_data"), str):
+        return ""  # the media itself, inline: its bytes are in the body
+    return f"{kind} by URL"
+
+
+def unbounded_prompt(req: dict[str, Any], path: str) -> str:
+    """Why the body of a request to `path` does not bound its prompt, as a phrase; "" when it does."""
+    if path == "/v1/responses":
+        for field in _STORED_HISTORY:
+            if req.get(field) is not None:
+                return f"`{field}` (the engine adds the stored conversation)"
+        items = req.get("input")
+    elif path == "/v1/chat/completions":
+        items = req.get("messages")
+    else:
+        return ""
+    for item in items if isinstance(items, list) else ():
+        content = item.get("content") if isinstance(item, dict) else None
+        for part in content if isinstance(content, list) else [item]:
+            kind = _fetched(part)
+            if kind:
+                return kind
+    return ""
 
 
 def _count(req: dict[str, Any], name: str, top: int) -> int | None:
@@ -129,7 +188,8 @@ def completion_budget(req: dict[str, Any], path: str, settings: RouterSettings) 
     # A batch: several prompts (strings or token lists), each completed on its own.
     prompts = len(prompt) if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else 1
     fields = tuple(given) if any(f in given for f in known[0]) else (*given, known[1])
-    return Budget(min(given.values(), default=settings.default_max_tokens), choices * prompts, fields)
+    return Budget(min(given.values(), default=settings.default_max_tokens), choices * prompts, fields,
+                  unbounded_prompt(req, path))
 
 
 def reservation(req: dict[str, Any], body_bytes: int, path: str, settings: RouterSettings) -> int:
@@ -170,6 +230,11 @@ class Quotas:
             self.recorder.count_request(principal.key_id, int(time.time() // 60))
             return None
         limits = [q.limit() for q in principal.quotas]
+        if budget is not None and budget.unbounded and any(g.tokens_per_day is not None for g in limits):
+            raise RouterError(400, f"this key's group has a token limit, and this request's prompt is not all in "
+                                   f"its body ({budget.unbounded}), so the router cannot reserve what it costs: "
+                                   "send the whole input in the request, media inline as data: URLs",
+                              code="prompt_not_in_body")
         total = budget.total if budget is not None else 0
         bound = prompt_bound(body_bytes, self.settings)
         rid, refusal, now = await self._admit(principal, limits, bound, total)

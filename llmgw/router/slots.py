@@ -4,8 +4,9 @@ Admission (admission.py) holds requests beyond a model's slots in the router; it
 default for a replica is what the engine says it runs, not what llmgw guesses: an
 operator may start llama.cpp with any `--parallel` (the engine role's
 `llmgw_engine_llamacpp_parallel`). llama-server reports it as `total_slots` in `GET /props`.
-Other engines (vLLM, SGLang) report no such number: their replicas have no router limit
-unless the `max_in_flight` setting gives one.
+Other engines (vLLM, SGLang) report no such number: apply records what their command line
+makes them run (the state's `max_running`, llmgw.engines.max_running), which admission reads
+when no engine answered here.
 
 Asked with the health checks (health.py): every `health_interval`, the first one after
 that long, until the engine answers, then once per replica endpoint (a new endpoint is

@@ -14,14 +14,21 @@ call: clients never reach these paths, router/endpoints.py):
   the chat endpoint will), then `POST /tokenize` of that text with the model's special
   tokens, as the completion endpoints tokenize it; `/v1/completions` prompts go to
   `/tokenize` directly;
-- vLLM: `POST /tokenize` with the request's `messages` (it applies the chat template and
-  the generation prompt) or `prompt`.
+- vLLM: a Responses request's text input as the chat messages its Responses API renders it
+  as (`instructions` first as a system message); then, as for a chat,
+- vLLM: `POST /tokenize` with the request's `messages` and `tools` (it applies the chat
+  template as its chat endpoint does, with the request's own `add_generation_prompt`,
+  `continue_final_message` and `add_special_tokens`, whose defaults are the chat endpoint's),
+  or each `prompt` of a completion on its own (its TokenizeCompletionRequest takes one string;
+  the special tokens added as the completion endpoint adds them). Checked against vLLM 0.32.0
+  (vllm/entrypoints/serve/tokenize/protocol.py) by tests/router/test_quota_tokenize_vllm.py.
 
 A count is exact only for the tokenizer that counted it, so a request is counted by every
 distinct tokenizer that may serve it — each (model, engine, definition) among the ready
 replicas of the model and its fallbacks — and reserved at the largest; a model of the chain
 with no ready replica (on demand, starting), an engine that cannot count, a prompt with
-images, audio or tools, or any failure gives no count, and the byte bound stands. Counts are
+images or audio, tools where llama.cpp would count them, or any failure gives no count, and
+the byte bound stands. Counts are
 cached per tokenizer and prompt (a bounded LRU), so a retried request costs nothing, and at
 most `_MAX_ASKING` are asked at once.
 """
@@ -45,6 +52,14 @@ from llmgw.router.table import ModelEntry, ReplicaRuntime
 log = logging.getLogger("llmgw.router")
 
 _ENGINES = frozenset({"llamacpp", "vllm"})  # the engines whose tokenizers are asked (see above)
+# The engines whose Responses API renders a text input as the chat messages below (vLLM 0.32.0:
+# vllm/entrypoints/openai/responses/utils.py `construct_input_messages`).
+_RESPONSES_ENGINES = frozenset({"vllm"})
+_ROLES = frozenset({"system", "developer", "user", "assistant"})
+# Chat request fields that change what the template renders or what is tokenized, sent to the
+# tokenizer as the request carries them (vLLM's TokenizeChatRequest takes each, with the chat
+# endpoint's defaults; llama.cpp's /apply-template reads what it knows of them).
+_CHAT_KEEP = ("chat_template_kwargs", "add_generation_prompt", "continue_final_message", "add_special_tokens")
 _CACHE = 4096  # counts kept, per router process
 _MAX_COUNT = 1 << 30  # more is not an answer to believe
 # Counts asked of engines at once, per router process: keys at their limit sending many
@@ -70,15 +85,58 @@ def _text_only(messages: object) -> bool:
     return True
 
 
+def _responses_messages(req: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A Responses request's text input as the chat messages vLLM renders it as: `instructions`
+    a system message, a string `input` a user message, input messages as they are (an
+    assistant's content as its text). None for anything else (tools, items other than
+    messages, a stored conversation to continue, `reasoning`, which its template reads too, an
+    item with a `status`: a partial one is continued, not answered)."""
+    if req.get("tools") or any(req.get(k) is not None for k in ("previous_response_id", "conversation", "reasoning")):
+        return None
+    out: list[dict[str, Any]] = []
+    instructions = req.get("instructions")
+    if instructions:
+        if not isinstance(instructions, str):
+            return None
+        out.append({"role": "system", "content": instructions})
+    given = req.get("input")
+    if isinstance(given, str):
+        return [*out, {"role": "user", "content": given}]
+    if not isinstance(given, list) or not given:
+        return None
+    for item in given:
+        if not isinstance(item, dict) or item.get("type", "message") != "message" or \
+                item.get("role") not in _ROLES or "status" in item:
+            return None
+        content = item.get("content")
+        if isinstance(content, list):  # input_text / output_text parts: their text, as a chat's text parts
+            if not all(isinstance(p, dict) and p.get("type") in ("input_text", "output_text")
+                       and isinstance(p.get("text"), str) for p in content):
+                return None
+            if item["role"] == "assistant":  # vLLM keeps an assistant's first part's text
+                out.append({"role": "assistant", "content": content[0]["text"] if content else ""})
+                continue
+            content = [{"type": "text", "text": p["text"]} for p in content]
+        elif not isinstance(content, str):
+            return None
+        out.append({"role": item["role"], "content": content})
+    return out
+
+
 def countable(req: dict[str, Any], path: str) -> dict[str, Any] | None:
     """What of `req` an engine's tokenizer counts (None: nothing it can count exactly)."""
-    if path == "/v1/chat/completions":
-        if not _text_only(req.get("messages")) or any(req.get(k) for k in ("tools", "functions")):
+    if path == "/v1/responses":
+        messages = _responses_messages(req)
+        if not messages:
             return None
-        keep = {"messages": req["messages"]}
-        kwargs = req.get("chat_template_kwargs")  # changes what the template renders
-        if kwargs is not None:
-            keep["chat_template_kwargs"] = kwargs
+        kwargs = req.get("chat_template_kwargs")
+        return {"messages": messages, **({"chat_template_kwargs": kwargs} if kwargs is not None else {})}
+    if path == "/v1/chat/completions":
+        if not _text_only(req.get("messages")) or req.get("functions"):  # the legacy field: not counted
+            return None
+        keep = {"messages": req["messages"], **{k: req[k] for k in _CHAT_KEEP if req.get(k) is not None}}
+        if req.get("tools"):  # rendered by the template: counted by the engines that take them
+            keep["tools"] = req["tools"]
         return keep
     if path == "/v1/completions":
         prompt = req.get("prompt")
@@ -132,7 +190,8 @@ class PromptCounter:
         now = time.monotonic()
         for target in chain:
             ready = [r for r in target.replicas if r.state == "ready"]
-            if not ready or any(r.record.engine not in _ENGINES for r in ready):
+            engines = _RESPONSES_ENGINES if path == "/v1/responses" else _ENGINES
+            if not ready or any(r.record.engine not in engines for r in ready):
                 return None
             for r in sorted(ready, key=lambda r: not r.routable(now)):  # one not ejected, where there is one
                 asks.setdefault(tokenizer_of(r), r)
@@ -160,12 +219,9 @@ class PromptCounter:
         try:
             async with asyncio.timeout(self.settings.tokenize_timeout), self._asking:
                 if replica.record.engine == "vllm":
-                    body = {"model": replica.model, **what}
-                    if "messages" in what:
-                        body["add_generation_prompt"] = True
-                    got = await self._post(replica, "/tokenize", body)
-                    n = got.get("count") if isinstance(got, dict) else None
-                    return n if type(n) is int and 0 <= n <= _MAX_COUNT else None
+                    return await self._ask_vllm(replica, what)
+                if "tools" in what:  # its /apply-template renders tools only with --jinja: not asked
+                    return None
                 prompts: list[str]
                 if "messages" in what:
                     rendered = await self._post(replica, "/apply-template", what)
@@ -189,6 +245,23 @@ class PromptCounter:
             log.info("replica %s could not count a prompt (%s: %s); its byte bound stands",
                      replica.id, type(exc).__name__, exc)
             return None
+
+    async def _ask_vllm(self, replica: ReplicaRuntime, what: dict[str, Any]) -> int | None:
+        """vLLM's /tokenize: the chat as its chat endpoint renders it, or each prompt apart."""
+        bodies: list[dict[str, Any]]
+        if "messages" in what:
+            bodies = [{"model": replica.model, **what}]
+        else:
+            p = what["prompt"]
+            bodies = [{"model": replica.model, "prompt": text} for text in ([p] if isinstance(p, str) else p)]
+        total = 0
+        for body in bodies:
+            got = await self._post(replica, "/tokenize", body)
+            n = got.get("count") if isinstance(got, dict) else None
+            if type(n) is not int or n < 0:
+                return None
+            total += n
+        return total if total <= _MAX_COUNT else None
 
     async def _post(self, replica: ReplicaRuntime, path: str, body: dict[str, Any]) -> Any:
         headers = self.engine_keys.authorize(replica.id, {"Content-Type": "application/json"})

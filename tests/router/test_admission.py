@@ -72,6 +72,22 @@ def test_a_replica_has_the_slots_its_engine_reported_unless_the_setting_says(tmp
     assert replica_slots(r, S, counts) == 0
 
 
+def test_a_replica_without_an_engine_answer_has_the_slots_apply_recorded(tmp_path: Path) -> None:
+    """vLLM and SGLang say nothing of their slots: the state's `max_running` (what apply read of
+    their command line) is the target, below the profile's and the router's `max_in_flight`
+    and what an engine says itself."""
+    r0 = replica("r0", "m", "http://127.0.0.1:9000").model_copy(update={"engine": "vllm", "max_running": 128})
+    t = RoutingTable(State(models=[model("m")], replicas=[r0]))
+    counts = SlotCounts(S, lambda: t, EngineKeys(tmp_path / "engine-keys.json"))
+    r = t.replicas["r0"]
+    assert replica_slots(r, S, counts) == 128
+    assert Admission(S, lambda: t, slots=counts).capacity("m") == 128
+    assert replica_slots(r, RouterSettings(max_in_flight=7), counts) == 7
+    assert replica_slots(r, S, counts, model("m").model_copy(update={"max_in_flight": {r.record.profile: 5}})) == 5
+    counts.known["r0"] = (r.endpoint, 3)
+    assert replica_slots(r, S, counts) == 3
+
+
 def test_capacity_sums_routable_replicas_and_splits_between_workers() -> None:
     t = table(3)
     two = dataclasses.replace(S, max_in_flight=2)

@@ -118,15 +118,37 @@ def test_what_an_engine_is_asked_to_count() -> None:
     kwargs = {"enable_thinking": False}
     assert countable({"messages": msgs, "chat_template_kwargs": kwargs}, chat) == {
         "messages": msgs, "chat_template_kwargs": kwargs}
-    # What the tokenizer alone cannot count: images, tools (rendered by the template their own way).
+    # The fields that change what vLLM's template renders or tokenizes travel as sent.
+    flags = {"add_generation_prompt": False, "continue_final_message": True, "add_special_tokens": True}
+    assert countable({"messages": msgs, **flags, "top_p": 1}, chat) == {"messages": msgs, **flags}
+    # Tools are rendered by the template: sent with the messages (vLLM's /tokenize takes them;
+    # the counter does not ask llama.cpp, whose /apply-template renders them only with --jinja).
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    assert countable({"messages": msgs, "tools": tools}, chat) == {"messages": msgs, "tools": tools}
+    # What the tokenizer alone cannot count: images, the legacy `functions`.
     image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]
     assert countable({"messages": image}, chat) is None
-    assert countable({"messages": msgs, "tools": [{"type": "function"}]}, chat) is None
+    assert countable({"messages": msgs, "functions": [{"name": "f"}]}, chat) is None
     assert countable({"messages": []}, chat) is None
     assert countable({"messages": [{"role": "user", "content": 3}]}, chat) is None
     assert countable({"prompt": "once upon"}, "/v1/completions") == {"prompt": "once upon"}
     assert countable({"prompt": ["a", "b"]}, "/v1/completions") == {"prompt": ["a", "b"]}
-    assert countable({"input": "x"}, "/v1/responses") is None
+    # A Responses text input: the chat messages vLLM's Responses API renders it as.
+    responses = "/v1/responses"
+    assert countable({"input": "x", "instructions": "be brief"}, responses) == {
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x"}]}
+    parts = [{"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "c"}]}]
+    assert countable({"input": parts}, responses) == {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": "c"}]}
+    # Not counted: what the engine adds or renders its own way.
+    for more in ({"previous_response_id": "resp_1"}, {"tools": [{"type": "function", "name": "f"}]},
+                 {"reasoning": {"effort": "low"}}):
+        assert countable({"input": "x", **more}, responses) is None, more
+    assert countable({"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]}, responses) is None
+    assert countable({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
+                     responses) is None
 
 
 def test_token_id_prompts_count_themselves() -> None:
@@ -152,4 +174,15 @@ async def test_no_count_without_a_ready_replica_of_every_model_that_may_serve(tm
         assert await counter.count(table.chain(table.models["s"]), chat, "/v1/chat/completions") is None
         ids = {"prompt": [5, 6, 7]}
         assert await counter.count(table.chain(table.models["s"]), ids, "/v1/completions") == 3
+    assert counter.asked == 0
+
+
+async def test_a_responses_input_is_counted_by_vllm_only(tmp_path: Path) -> None:
+    """llama.cpp's Responses API is not the one whose rendering tokenize.py follows: a chain
+    with a llama.cpp replica gives no count for it, and asks nothing."""
+    llama = replica("r0", "m", "http://127.0.0.1:9")  # the helper's engine: llama.cpp
+    table = RoutingTable(State(models=[model("m")], replicas=[llama]))
+    async with aiohttp.ClientSession() as session:
+        counter = PromptCounter(RouterSettings(), session, EngineKeys(tmp_path / "keys.json"))
+        assert await counter.count(table.chain(table.models["m"]), {"input": "hello"}, "/v1/responses") is None
     assert counter.asked == 0
