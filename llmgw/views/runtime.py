@@ -97,8 +97,9 @@ def merge_routes(names: Sequence[str],
                 model = str(t.get("model"))
                 seen = have["targets"].get(model)
                 if seen is None:
-                    have["targets"][model] = {"model": model, "share": t.get("share"), "tripped": bool(t.get("tripped")),
-                                              "reason": t.get("reason"), "tripped_at": t.get("tripped_at")}
+                    have["targets"][model] = {"model": model, "share": t.get("share"),
+                                              "tripped": bool(t.get("tripped")), "reason": t.get("reason"),
+                                              "tripped_at": t.get("tripped_at")}
                     continue
                 if seen["share"] != t.get("share"):
                     seen["share"] = None

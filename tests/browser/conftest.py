@@ -25,10 +25,10 @@ from llmgw.state import read_state, write_state
 from llmgw.store import open_store
 from llmgw.store.model import UsageDelta
 from tests.support.example_site import REPO, example_site
-from tests.views.test_routes_view import ROUTE
 from tests.support.net import free_port
 from tests.support.router import serve_in_thread
 from tests.support.site_copy import ship_site_copy_files
+from tests.views.test_routes_view import ROUTE
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

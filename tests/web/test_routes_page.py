@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -94,7 +93,8 @@ def test_a_tripped_canary_since_when_and_why_escaped(site: Path) -> None:
     assert cells(html, "chat", "llama-3.1-70b")[2:] == ["llama-3.1-70b stable", "90%", "100%",
                                                         "takes the tripped share"]
     assert cells(html, "chat", "qwen2.5-7b") == [
-        "qwen2.5-7b", "10%", "0%", "tripped since 2026-12-04T04:40:00.000+00:00: &lt;script&gt;alert(1)&lt;/script&gt;&#34;"]
+        "qwen2.5-7b", "10%", "0%",
+        "tripped since 2026-12-04T04:40:00.000+00:00: &lt;script&gt;alert(1)&lt;/script&gt;&#34;"]
     assert HOSTILE not in html and "<script>" not in html
     assert "not known" not in guard_line(html, "chat")
 
