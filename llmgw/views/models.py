@@ -11,6 +11,10 @@ The status word decides what the operator does next:
     stopped     nothing runs, and the plan would place it            `llmgw apply`
     on demand   min 0: a router starts one on the first request      nothing
 
+Weighted routes (catalog `routes:`, docs/routes.md) are listed apart (`routes_view`): each
+target's catalog weight, the share the routers give it now and its guard's state, as the
+routers' Runtime reports them; "not known" whenever a router did not say.
+
 Placement failures are the plan's own `unplaced` entries (planned on the bastion, shipped to
 a router's dashboard by apply: llmgw.views.placement) with every rejection, and a
 one-line summary for places that have room for one line only.
@@ -22,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from llmgw.catalog import Model, format_duration
+from llmgw.catalog import Model, Route, format_duration
 from llmgw.views.placement import Unplaced
 from llmgw.views.runtime import Runtime
 from llmgw.views.sitedata import SiteData
@@ -147,3 +151,56 @@ def models_view(data: SiteData, runtime: Runtime) -> dict[str, Any]:
     counts_by_status = Counter(r["status"] for r in records)
     return {"models": records, "counts": {s: counts_by_status.get(s, 0) for s in STATUSES},
             "failures": placement_failures(data), "notes": list(runtime.problems)}
+
+
+def guard_text(route: Route) -> str | None:
+    """The route's guard in words: what the router watches each canary for."""
+    g = route.guard
+    if g is None:
+        return None
+    limits = ([f"errors above {g.max_error_rate * 100:g}%"] if g.max_error_rate is not None else []) + \
+        ([f"TTFT p90 above {g.max_ttft_p90:g} s"] if g.max_ttft_p90 is not None else [])
+    return f"{' or '.join(limits)} over {format_duration(g.window)} (at least {g.min_requests} requests)"
+
+
+def _route_row(route: Route, runtime: Runtime) -> dict[str, Any]:
+    reported = None if runtime.routes is None else runtime.routes.get(route.name)
+    if not runtime.known:
+        why = "no router answered"
+    elif runtime.missing:  # a silent router may have tripped the canary, and splits as it does
+        why = f"not every router answered ({', '.join(runtime.missing)})"
+    elif runtime.routes is None:
+        why = "the routers did not report their routes"
+    elif reported is None:
+        why = "the routers do not route it yet (apply the catalog)"
+    else:
+        why = None
+    by_model = {str(t["model"]): t for t in (reported or {}).get("targets") or ()} if why is None else {}
+    targets = []
+    for t in route.routes:
+        rt = by_model.get(t.model)
+        known = why is None and rt is not None
+        tripped = bool(rt["tripped"]) if known and rt is not None else None
+        targets.append({
+            "model": t.model, "weight": t.weight, "stable": t.model == route.stable,
+            "share": rt["share"] if known and rt is not None else None,
+            "tripped": tripped,
+            "reason": rt.get("reason") if tripped and rt is not None else None,
+            "since": rt.get("tripped_at") if tripped and rt is not None else None,
+        })
+    if why is not None or any(t["tripped"] is None for t in targets):
+        state = "not known"
+    elif any(t["tripped"] for t in targets):
+        state = "tripped"
+    else:
+        state = "holding" if route.guard is not None else "no guard"
+    return {"name": route.name, "aliases": list(route.aliases), "fallbacks": list(route.fallbacks),
+            "stable": route.stable, "guard": guard_text(route), "state": state,
+            "not_known": why, "targets": targets}
+
+
+def routes_view(data: SiteData, runtime: Runtime) -> list[dict[str, Any]]:
+    """Every weighted route of the catalog, in name order: targets in the catalog's order, each
+    with its weight and, as the routers report it, its share now and whether the guard tripped it
+    (since when and why). Nothing the routers did not say is guessed: it is None."""
+    return [_route_row(r, runtime) for _, r in sorted(data.catalog.routes.items())]

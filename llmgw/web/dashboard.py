@@ -28,7 +28,7 @@ from llmgw.state.summary import site_state_summary, summary_line
 from llmgw.views import Runtime, SiteData, SiteDataCache
 from llmgw.views.download_board import DownloadBoard
 from llmgw.views.fabric_copy import overview as fabric_overview
-from llmgw.views.models import models_view, placement_failures
+from llmgw.views.models import models_view, placement_failures, routes_view
 from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.replicas import idle_text, replicas_view
 from llmgw.views.status import fabrics_list, status_view
@@ -163,7 +163,7 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
             return data
         runtime = sources.runtime()
         return await off_loop(lambda: page("models.html", request, title="Models", view=models_view(data, runtime),
-                                           endpoints=sources.endpoints))
+                                           routes=routes_view(data, runtime), endpoints=sources.endpoints))
 
     @api.get("/models/{name}", response_class=HTMLResponse, include_in_schema=False)
     async def model(request: Request, name: str) -> HTMLResponse:

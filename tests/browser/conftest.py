@@ -28,6 +28,7 @@ from tests.support.example_site import REPO, example_site
 from tests.support.net import free_port
 from tests.support.router import serve_in_thread
 from tests.support.site_copy import ship_site_copy_files
+from tests.views.test_routes_view import ROUTE
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -70,6 +71,8 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
                                                 for sh in r.shards]})
                 for r in state.replicas for port in [closed if r.id == UNHEALTHY else health.server_port]]
     write_state(site.state_file, state.model_copy(update={"replicas": replicas}))
+    # A weighted route (docs/routes.md), which the Models page lists under the models.
+    (root / "catalog" / "routes.yaml").write_text(ROUTE)
     # What cannot be placed and the fabrics, made on the bastion as apply makes them for the routers' site copy.
     ship_site_copy_files(root)
 
