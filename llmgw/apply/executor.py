@@ -77,8 +77,7 @@ class Applier:
                  backend: StateBackend | None = None, meta: WriteMeta | None = None, routers_installed: bool = False,
                  verify: Callable[[Sequence[PlannedReplica]], None] | None = None,
                  gpu_device: Callable[[PlannedShard], Device | None] | None = None) -> None:
-        self.plan = plan
-        self.gpu_device = gpu_device or (lambda _s: None)  # a shard's first GPU by the facts, for vLLM's defaults
+        self.plan, self.gpu_device = plan, gpu_device or (lambda _s: None)  # a shard's first GPU: vLLM's defaults
         # Checks new replicas (catalog `requires:`, llmgw.probe.verify) before they are recorded
         # ready; raising leaves them `starting`, for the next plan to replace.
         self.verify = verify
@@ -192,8 +191,7 @@ class Applier:
                 "adapters": [{"name": a.name, "path": f"{cache_dir.rstrip('/')}/{a.cache_name}",
                               **({"rank": a.rank} if a.rank is not None else {})}
                              for a in r.adapters or []] if s.rank == 0 else [],
-                # `adapter_loading: runtime`: none at start, room for this many (the router loads them).
-                **({"max_loras": r.max_loras} if r.max_loras and s.rank == 0 else {})}
+                **({"max_loras": r.max_loras} if r.max_loras and s.rank == 0 else {})}  # loaded at run time
 
     def _shard_hcas(self, r: PlannedReplica, s: PlannedShard) -> list[str]:
         """NCCL_IB_HCA: the adapters the plan chose nearest the shard's GPUs, else the node's on the fabric."""

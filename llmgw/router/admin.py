@@ -138,8 +138,12 @@ def dashboard_sources(router: Router, site_dir: Path) -> DashboardSources:
         entry = router.table.models.get(name)
         return served(r.record.engine for r in entry.replicas) if entry is not None else []
 
+    async def routes() -> dict[str, dict[str, Any]]:
+        trips = await router.route_trips()  # every worker's guard findings, as /api/v1/replicas gives them
+        return {e.name: e.route.report(trips.get(e.name)) for e in router.table.models.values() if e.route is not None}
+
     return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage, endpoints=endpoints,
-                            results=lambda name: results_of(router.store, name))
+                            results=lambda name: results_of(router.store, name), routes=routes)
 
 
 def _metrics_route(app: FastAPI, router: Router, site_dir: Path | None) -> None:

@@ -30,6 +30,7 @@ import time
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from llmgw.state import RouteRecord
@@ -228,5 +229,11 @@ class RouteRuntime:
         return {"stable": self.stable, "generation": self.generation, "guard": None if self.record.guard is None else
                 self.record.guard.model_dump(),
                 "targets": [{"model": t.model, "weight": t.weight, "share": shares[t.model],
-                             "tripped": t.model in out, **({"reason": self.note(t.model)} if t.model in out else {})}
+                             "tripped": t.model in out, **({"reason": self.note(t.model)} if t.model in out else {}),
+                             **({"tripped_at": self.tripped_at(t.model)} if t.model in self.tripped else {})}
                             for t in self.record.targets]}
+
+    def tripped_at(self, target: str) -> str:
+        """When this process's guard tripped `target`, ISO 8601 UTC (another worker's trip has no
+        time here: the merged counts say only which targets it tripped)."""
+        return datetime.fromtimestamp(self.tripped[target].at, UTC).isoformat(timespec="seconds")

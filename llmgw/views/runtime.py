@@ -19,7 +19,7 @@ llmgw.views.ask_routers: the router builds its own, and imports no tunnel (#34).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -76,6 +76,10 @@ class Runtime:
         return cls(replicas=merged, routers=tuple(name for name, _ in sources), problems=tuple(problems),
                    missing=tuple(missing), notes=tuple(dict.fromkeys(notes)),
                    routes=merge_routes([name for name, _ in sources], routes))
+
+    def with_routes(self, reports: Mapping[str, Mapping[str, Any]]) -> Runtime:
+        """This runtime (one router's: the dashboard's "this router") with that router's route reports."""
+        return replace(self, routes=merge_routes(self.routers, dict.fromkeys(self.routers, reports)))
 
     def replica(self, replica_id: str) -> Mapping[str, Any] | None:
         return self.replicas.get(replica_id)

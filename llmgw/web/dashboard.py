@@ -43,6 +43,7 @@ MAX_DOWNLOADS_BODY = 4 * 1024 * 1024
 EndpointsSource = Callable[[str], list[str]]
 # model name -> its stored bench and check results (llmgw.views.results.results_of)
 ResultsSource = Callable[[str], dict[str, Any]]
+RoutesSource = Callable[[], Awaitable[dict[str, dict[str, Any]]]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class DashboardSources:
     # apply's download progress as posted to this dashboard; None: one of its own
     downloads: DownloadBoard | None = None
     results: ResultsSource | None = None
+    # the routers' weighted routes as the admin API reports them (route name -> report): asked
+    # apart from `runtime` because a router merges its workers' guard findings asynchronously
+    routes: RoutesSource | None = None
 
 
 def short_endpoint(key: str) -> str:
@@ -162,6 +166,8 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         if isinstance(data, HTMLResponse):
             return data
         runtime = sources.runtime()
+        if sources.routes is not None:
+            runtime = runtime.with_routes(await sources.routes())
         return await off_loop(lambda: page("models.html", request, title="Models", view=models_view(data, runtime),
                                            routes=routes_view(data, runtime), endpoints=sources.endpoints))
 

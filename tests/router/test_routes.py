@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 from llmgw.router.routes import RouteRuntime, placement, prompt_head
@@ -91,7 +92,8 @@ def test_the_guard_trips_a_canary_on_its_error_rate_and_moves_its_share() -> Non
     assert route.order("k", CHAT, chat("x")) == ["stable", "canary"]  # still the last resort
     report = route.report()
     assert report["targets"][1] == {"model": "canary", "weight": 10, "share": 0, "tripped": True,
-                                    "reason": trip.reason}
+                                    "reason": trip.reason,
+                                    "tripped_at": datetime.fromtimestamp(trip.at, UTC).isoformat(timespec="seconds")}
     assert route.attempted("canary", True, now=111) is None  # tripped once
     assert route.trips == 1 and len(route.stats["canary"].attempts) == 10  # and no longer counted
     unguarded = RouteRuntime("chat", record())

@@ -106,3 +106,16 @@ def test_a_route_without_a_guard(tmp_path: Path) -> None:
     view = routes_view(data, runtime(report(False)))
     assert [(r["state"], r["guard"]) for r in view] == [("no guard", None)]
     assert routes_view(load_site_data(Site.load(example_site(tmp_path / "plain"))), Runtime.unknown()) == []
+
+
+def test_one_routers_reports_handed_to_its_dashboard_are_its_runtimes_routes(data: SiteData) -> None:
+    """The router's dashboard asks its routes apart from its replicas (web/dashboard.py: a router
+    merges its workers' guard findings asynchronously): Runtime.with_routes is the merge
+    from_replicas makes of the same reports."""
+    one = Runtime.from_replicas([("this router", [])])
+    assert one.routes is None
+    handed = one.with_routes(report(True, at="2026-12-04T04:40:00+00:00"))
+    assert handed.routes == Runtime.from_replicas(
+        [("this router", [])], routes={"this router": report(True, at="2026-12-04T04:40:00+00:00")}).routes
+    assert routes_view(data, handed) == routes_view(data, Runtime.from_replicas(
+        [("r1", [])], routes={"r1": report(True, at="2026-12-04T04:40:00+00:00")}))

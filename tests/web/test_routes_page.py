@@ -75,15 +75,17 @@ def router_page(site: Path, tmp_path: Path) -> Iterator[str]:
 
 
 def test_the_router_dashboard_lists_the_route_and_does_not_guess_its_split(router_page: str) -> None:
-    """The router's own dashboard hands in no route reports yet: weights from the catalog,
-    the share and the guard's state not known, never the catalog's weights passed off as shares."""
+    """The router's own dashboard hands in its route reports (admin.dashboard_sources); this
+    router's state does not route `chat` yet (the catalog is not applied): weights from the
+    catalog, the share and the guard's state not known, never the catalog's weights passed off
+    as shares."""
     assert "<h2>Weighted routes</h2>" in router_page
     assert cells(router_page, "chat", "llama-3.1-70b") == [
         "chat", "assistant", "llama-3.1-70b stable", "90%", "not known", "not known"]
     assert cells(router_page, "chat", "qwen2.5-7b") == ["qwen2.5-7b", "10%", "not known", "not known"]
     assert guard_line(router_page, "chat") == (
         "chat: guard: errors above 5% or TTFT p90 above 2 s over 1m (at least 20 requests)"
-        " · shares and guard not known: the routers did not report their routes")
+        " · shares and guard not known: the routers do not route it yet (apply the catalog)")
 
 
 def test_a_tripped_canary_since_when_and_why_escaped(site: Path) -> None:
