@@ -11,9 +11,10 @@ unique name, and `lab down` runs whatever happens.
   next turn (`clear`) every replica removed by an apply (which also puts the router back as
   the inventory says), every key revoked, so each area starts from a fleet with nothing on
   it. Installing the router once for all areas is what makes the suite cheaper as it grows;
-  starting hosts costs little (`lab up`: 4-9 s for three), clearing them a lot (the apply:
-  43-113 s at load 7-15, 2026-12-04), so an area that needs no other shaping than `shape`
-  takes a turn, and one whose turn costs more than a first apply keeps a lab of its own.
+  starting hosts costs little (`lab up`: 2-9 s for one to three), clearing them often a lot
+  (the apply: 16 s at load 4, 43-113 s at load 7-15, 2026-12-04), so an area that needs
+  one host keeps one of its own, and so does one whose turn would cost more than its own
+  first apply (#33).
 """
 
 from __future__ import annotations
