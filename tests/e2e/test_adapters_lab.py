@@ -1,4 +1,4 @@
-"""LoRA adapters end to end on the shared lab (issue #37): a catalog gives the tiny model two
+"""LoRA adapters end to end on a lab host (issue #37): a catalog gives the tiny model two
 tiny GGUF adapters (scripts/make_tiny_lora_gguf.py, in the model share beside the tiny
 model); `catalog validate` reads their headers; apply fetches them beside the base with the
 weights role and starts llama-server with them; through the router, with the openai client,
@@ -21,7 +21,7 @@ import pytest
 from llmgw.apply import hosts_for
 from llmgw.inventory import load_inventory
 from llmgw.site import Site
-from tests.support.lab import REPO, Lab, turn
+from tests.support.lab import REPO, Lab, lab, shape
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -58,13 +58,17 @@ def _adapter(seed: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def the_lab(shared_lab: Lab) -> Iterator[Lab]:
+def the_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     _adapter(1)
     _adapter(2)
-    address = load_inventory(shared_lab.site / "hosts.yml").nodes["node1"].mgmt_address
-    node1 = {"llmgw_router_metrics_listen": f"{address}:{METRICS_PORT}", "llmgw_router_workers": 1}
-    with turn(shared_lab, catalog={"tiny.yaml": CATALOG}, host_vars={"node1": node1}) as it:
-        yield it
+    # A lab of its own (one host: router and replica): the router's own settings below make
+    # its first apply install the router whichever lab it is, and on the shared lab its turn
+    # then needs a clearing apply that installs it once more (#33: 46 s of teardown in CI),
+    # where a host of its own costs seconds to start and remove.
+    with lab(tmp_path_factory.mktemp("adapters"), nodes=1, prefix="llmgw-lora") as it:
+        address = load_inventory(it.site / "hosts.yml").nodes["node1"].mgmt_address
+        node1 = {"llmgw_router_metrics_listen": f"{address}:{METRICS_PORT}", "llmgw_router_workers": 1}
+        yield shape(it, catalog={"tiny.yaml": CATALOG}, host_vars={"node1": node1})
 
 
 def test_two_adapters_on_one_llamacpp_replica_answer_as_themselves(the_lab: Lab) -> None:

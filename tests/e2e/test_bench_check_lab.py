@@ -19,18 +19,21 @@ import pytest
 
 from llmgw.apply import hosts_for
 from llmgw.site import Site
-from tests.support.lab import TINY, Lab, turn
+from tests.support.lab import TINY, Lab, lab, shape
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 
 @pytest.fixture(scope="module")
-def the_lab(shared_lab: Lab) -> Iterator[Lab]:
+def the_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     required = TINY.replace("    source: file:///srv/models/tiny.gguf\n",
                             "    source: file:///srv/models/tiny.gguf\n    requires: [chat, stream, completion]\n")
     assert required != TINY
-    with turn(shared_lab, catalog={"tiny.yaml": required}) as it:
-        yield it
+    # One host of its own (router and replica) rather than a turn on the shared lab: the
+    # turn's clearing apply alone cost 53-65 s at load 7-12 (#33, 2026-12-04), starting and
+    # removing a host 5-10 s, and nothing here needs a second host.
+    with lab(tmp_path_factory.mktemp("bench-check"), nodes=1, prefix="llmgw-bench") as it:
+        yield shape(it, catalog={"tiny.yaml": required})
 
 
 def test_bench_and_check_tiny_store_results_that_models_shows(the_lab: Lab,

@@ -1,4 +1,4 @@
-"""Weights where they are, on the shared lab: the lab's tiny model is an operator's file in the
+"""Weights where they are, on a lab host: the lab's tiny model is an operator's file in the
 hosts' model dir (`file:///srv/models/tiny.gguf`, a read-only share), so its replica is served
 from there with no download (#35). Shown by the plan (present_at), the weights role's own tasks
 (the check in place ran, no download started or followed), the host's cache (nothing of it
@@ -19,7 +19,7 @@ from llmgw.apply import hosts_for
 from llmgw.runner import RunEvent, run_playbook
 from llmgw.site import Site
 from llmgw.weights.names import cache_name
-from tests.support.lab import Lab, turn
+from tests.support.lab import Lab, lab, shape
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -28,9 +28,12 @@ CACHE = "/var/cache/llmgw"
 
 
 @pytest.fixture(scope="module")
-def the_lab(shared_lab: Lab) -> Iterator[Lab]:
-    with turn(shared_lab) as it:  # the lab's own catalog: one tiny llama.cpp replica
-        yield it
+def the_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    # One host of its own (router and replica) rather than a turn on the shared lab: the turn's
+    # clearing apply alone cost 53-65 s at load 7-12 (#33, 2026-12-04), starting and removing a
+    # host 5-10 s, and nothing here needs a second host.
+    with lab(tmp_path_factory.mktemp("present"), nodes=1, prefix="llmgw-present") as it:
+        yield shape(it)  # the lab's own catalog: one tiny llama.cpp replica
 
 
 def test_an_operators_file_is_served_in_place_with_no_download(the_lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
