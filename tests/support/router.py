@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,9 @@ import openai
 import pytest
 
 from llmgw.router import RouterServer, RouterSettings
+from llmgw.site import Site
 from llmgw.state import ModelRecord, Replica, ScalingRecord, Shard, State, read_state, write_state
-from llmgw.store import Store
+from llmgw.store import Store, open_store
 from tests.support.net import free_port
 from tests.support.waiting import wait_until
 
@@ -203,3 +206,20 @@ def serve_in_thread(server: RouterServer) -> tuple[threading.Thread, list[BaseEx
     if errors:
         raise errors[0]
     return thread, errors
+
+
+@contextmanager
+def site_router(root: Path, tmp_path: Path) -> Iterator[RouterServer]:
+    """A real router over the site at `root` (its state, its dashboard's site copy), both listeners
+    on loopback ports of their own, a SQLite store under `tmp_path`; stopped when the block ends."""
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    server = RouterServer(state_path=Site.load(root).state_file, store=store, listen=("127.0.0.1", 0),
+                          admin_listen=("127.0.0.1", 0), site_dir=root, graceful_timeout=2,
+                          settings=RouterSettings(health_interval=30, state_poll_interval=0.2))
+    thread, _errors = serve_in_thread(server)
+    try:
+        yield server
+    finally:
+        server.stop()
+        thread.join(15)
+        store.close()

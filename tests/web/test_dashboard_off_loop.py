@@ -19,27 +19,16 @@ import httpx
 import pytest
 
 import llmgw.web.dashboard as dashboard
-from llmgw.router import RouterServer, RouterSettings
-from llmgw.site import Site
-from llmgw.store import open_store
+from llmgw.router import RouterServer
 from tests.support.example_site import example_site
-from tests.support.router import serve_in_thread
+from tests.support.router import site_router
 
 
 @pytest.fixture
 def router(tmp_path: Path) -> Iterator[RouterServer]:
     root = example_site(tmp_path)
-    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    server = RouterServer(state_path=Site.load(root).state_file, store=store, listen=("127.0.0.1", 0),
-                          admin_listen=("127.0.0.1", 0), site_dir=root, graceful_timeout=2,
-                          settings=RouterSettings(health_interval=30, state_poll_interval=0.2))
-    thread, _errors = serve_in_thread(server)
-    try:
+    with site_router(root, tmp_path) as server:
         yield server
-    finally:
-        server.stop()
-        thread.join(15)
-        store.close()
 
 
 @pytest.mark.parametrize("path, view", [("/fabrics", "fabrics_list"), ("/nodes", "nodes_view"),

@@ -15,11 +15,8 @@ import httpx
 import pytest
 
 from llmgw.facts.cache import read_facts, write_facts
-from llmgw.router import RouterServer, RouterSettings
-from llmgw.site import Site
-from llmgw.store import open_store
 from tests.support.example_site import example_site
-from tests.support.router import serve_in_thread
+from tests.support.router import site_router
 
 HOSTILE = '<script>alert(1)</script>"\n'
 
@@ -29,19 +26,10 @@ def page(tmp_path: Path) -> Iterator[str]:
     root = example_site(tmp_path)
     facts = read_facts(root / "facts")["gpu-node-01"]
     write_facts(root / "facts", facts.model_copy(update={"gpu_driver": HOSTILE, "cuda_version": "12.8"}))
-    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    server = RouterServer(state_path=Site.load(root).state_file, store=store, listen=("127.0.0.1", 0),
-                          admin_listen=("127.0.0.1", 0), site_dir=root, graceful_timeout=2,
-                          settings=RouterSettings(health_interval=30, state_poll_interval=0.2))
-    thread, _errors = serve_in_thread(server)
-    try:
+    with site_router(root, tmp_path) as server:
         resp = httpx.get("http://{}:{}/nodes".format(*server.addresses["admin"]), timeout=60)
         assert resp.status_code == 200, resp.text
         yield resp.text
-    finally:
-        server.stop()
-        thread.join(15)
-        store.close()
 
 
 def row(html: str, node: str) -> str:

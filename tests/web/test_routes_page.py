@@ -17,13 +17,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from llmgw.router import RouterServer, RouterSettings
-from llmgw.site import Site
-from llmgw.store import open_store
 from llmgw.views import Runtime, SiteDataCache
 from llmgw.web import DashboardSources, dashboard_router
 from tests.support.example_site import example_site
-from tests.support.router import serve_in_thread
+from tests.support.router import site_router
 from tests.views.test_routes_view import ROUTE, report
 
 HOSTILE = '<script>alert(1)</script>"'
@@ -59,19 +56,10 @@ def handed_in(root: Path, runtime: Runtime) -> str:
 
 @pytest.fixture
 def router_page(site: Path, tmp_path: Path) -> Iterator[str]:
-    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    server = RouterServer(state_path=Site.load(site).state_file, store=store, listen=("127.0.0.1", 0),
-                          admin_listen=("127.0.0.1", 0), site_dir=site, graceful_timeout=2,
-                          settings=RouterSettings(health_interval=30, state_poll_interval=0.2))
-    thread, _errors = serve_in_thread(server)
-    try:
+    with site_router(site, tmp_path) as server:
         resp = httpx.get("http://{}:{}/models".format(*server.addresses["admin"]), timeout=60)
         assert resp.status_code == 200, resp.text
         yield resp.text
-    finally:
-        server.stop()
-        thread.join(15)
-        store.close()
 
 
 def test_the_router_dashboard_lists_the_route_and_does_not_guess_its_split(router_page: str) -> None:
