@@ -72,12 +72,13 @@ def test_models(page: Page, dashboard: Dashboard) -> None:
     expect(status["qwen2.5-7b"]).to_contain_text("on demand")
     expect(status["qwen2.5-coder-14b"]).to_contain_text("starting")
     expect(page.locator("tr[data-model='llama-3.1-70b'] td").nth(3)).to_contain_text("2/2")
-    # The weighted route: the catalog's weights; the router hands the dashboard no route report
-    # yet, so the share and the guard's state are not known, never the weights passed off as shares.
+    # The weighted route: the catalog's weights. The router reports its routes, but the applied
+    # state it serves has no `chat` route yet, so the share and the guard's state are not known
+    # (never the weights passed off as shares) and the page says why: the catalog is not applied.
     canary = page.locator("tr[data-route='chat'][data-target='qwen2.5-7b'] td")
     expect(canary).to_have_text(["qwen2.5-7b", "10%", "not known", "not known"])
     expect(page.locator("tr[data-route='chat'][data-target='llama-3.1-70b'] td").nth(3)).to_have_text("90%")
-    expect(page.locator("tr[data-route-guard='chat'] td")).to_contain_text("the routers did not report their routes")
+    expect(page.locator("tr[data-route-guard='chat'] td")).to_contain_text("the routers do not route it yet (apply the catalog)")
     screenshot(page, "models")
 
 
