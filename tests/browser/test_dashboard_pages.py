@@ -78,7 +78,8 @@ def test_models(page: Page, dashboard: Dashboard) -> None:
     canary = page.locator("tr[data-route='chat'][data-target='qwen2.5-7b'] td")
     expect(canary).to_have_text(["qwen2.5-7b", "10%", "not known", "not known"])
     expect(page.locator("tr[data-route='chat'][data-target='llama-3.1-70b'] td").nth(3)).to_have_text("90%")
-    expect(page.locator("tr[data-route-guard='chat'] td")).to_contain_text("the routers do not route it yet (apply the catalog)")
+    guard = page.locator("tr[data-route-guard='chat'] td")
+    expect(guard).to_contain_text("the routers do not route it yet (apply the catalog)")
     screenshot(page, "models")
 
 
