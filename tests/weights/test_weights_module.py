@@ -44,6 +44,37 @@ def test_fetch_file_source_once(tmp_path: Path, cache: Path) -> None:
     assert again == path and not changed
 
 
+def test_a_file_folder_is_copied_whole_once(tmp_path: Path, cache: Path) -> None:
+    """A PEFT adapter is a folder (docs/adapters.md): fetched by file://, its files arrive whole,
+    not world-readable, and a second fetch copies nothing."""
+    src = tmp_path / "models" / "sql-lora"
+    (src / "extra").mkdir(parents=True)
+    (src / "adapter_config.json").write_text('{"r": 8}')
+    (src / "adapter_model.safetensors").write_bytes(b"z" * 2_500_000)
+    (src / "extra" / "README.md").write_text("notes")
+    path, changed = mod.fetch(f"file://{src}", str(cache), model_dirs=[str(tmp_path / "models")])
+    got = Path(path)
+    assert changed and got.name == mod.cache_name(f"file://{src}")
+    assert {str(p.relative_to(got)): p.read_bytes() for p in got.rglob("*") if p.is_file()} == \
+        {str(p.relative_to(src)): p.read_bytes() for p in src.rglob("*") if p.is_file()}
+    assert {oct(p.stat().st_mode & 0o777) for p in got.rglob("*") if p.is_file()} == {"0o640"}
+    assert not list(cache.glob("*.part")) and not list(cache.glob(".*.progress"))
+    assert mod.fetch(f"file://{src}", str(cache), model_dirs=[str(tmp_path / "models")]) == (path, False)
+
+
+def test_a_file_folder_holding_a_link_is_refused_and_leaves_no_entry(tmp_path: Path, cache: Path) -> None:
+    """A link in the folder could lead out of the model dirs the source was checked against."""
+    secret = tmp_path / "secret"
+    secret.write_text("not weights")
+    src = tmp_path / "models" / "sneaky-lora"
+    src.mkdir(parents=True)
+    (src / "adapter_config.json").write_text('{"r": 8}')
+    (src / "adapter_model.safetensors").symlink_to(secret)
+    with pytest.raises(mod.FetchError, match="is a link or not a regular file"):
+        mod.fetch(f"file://{src}", str(cache), model_dirs=[str(tmp_path / "models")])
+    assert not [p for p in cache.iterdir() if mod.is_cache_name(p.name)]
+
+
 def test_concurrent_fetches_make_one_download(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "m.gguf"
     src.write_bytes(b"y" * 5_000_000)

@@ -11,7 +11,8 @@ description:
   - With I(state=present), fetches I(source) (C(https://), C(hf://org/repo/file), C(file://), or a whole
     Hugging Face repository C(hf://org/repo@COMMIT[?include=P,P&exclude=P])) into I(cache_dir) under a
     name derived from a hash of the source. The download goes to C(NAME.part) and is renamed when
-    complete, so a finished name is always a whole file (or a whole snapshot folder).
+    complete, so a finished name is always a whole file (or a whole snapshot folder). A C(file://)
+    folder (a PEFT adapter's) is copied whole, its plain files and folders only (a link is refused).
   - A whole repository is fetched with C(huggingface_hub) (resumable, verified) pinned to its commit;
     the entry is the snapshot folder an engine loads.
   - An C(http(s)://) source is fetched only from I(hf_endpoint)'s own scheme, host and port (redirects
@@ -281,13 +282,14 @@ def open_source(url, hf_endpoint, token, timeout):
 
 
 def local_path(source, model_dirs):
-    """The real path of a file:// source, only when it lies under one of the host's llmgw_model_dirs."""
+    """The real path of a file:// source (a file, or a folder: a PEFT adapter's), only when it lies
+    under one of the host's llmgw_model_dirs."""
     path = os.path.realpath(source[len("file://"):])
     for d in model_dirs:
         real = os.path.realpath(d)
         if real != "/" and (path + "/").startswith(real.rstrip("/") + "/") and path != real:
-            if not os.path.isfile(path):
-                raise FetchError("%s is not a file" % path)
+            if not (os.path.isfile(path) or os.path.isdir(path)):
+                raise FetchError("%s is neither a file nor a folder" % path)
             return path
     raise FetchError("file:// sources must lie under the host's llmgw_model_dirs (%s); %s does not"
                      % (", ".join(model_dirs) or "none set", path))
@@ -308,6 +310,32 @@ def _copy_stream(reader, out, total, cache_dir, name):
             last = now
     _write_progress(cache_dir, name, done, total)
     return done
+
+
+def _copy_tree(src, part, cache_dir, name):
+    """A file:// folder (a PEFT adapter's) copied whole into `part`: its regular files, each
+    synced. A link is refused, not followed: it could lead out of the model dirs local_path checked."""
+    if os.path.isdir(part) and not os.path.islink(part):  # what a killed copy left
+        shutil.rmtree(part)
+    elif os.path.lexists(part):
+        os.unlink(part)
+    total = _tree_bytes(src)
+    done = 0
+    for d, dirs, files in os.walk(src):
+        target = os.path.join(part, os.path.relpath(d, src))
+        os.makedirs(target, mode=0o750, exist_ok=True)
+        for x in dirs + files:
+            path = os.path.join(d, x)
+            if os.path.islink(path) or not (os.path.isdir(path) or os.path.isfile(path)):
+                raise FetchError("%s is a link or not a regular file; a file:// folder is copied only "
+                                 "when it holds plain files and folders" % path)
+        for x in files:
+            with open(os.path.join(d, x), "rb") as reader, open(os.path.join(target, x), "wb") as out:
+                shutil.copyfileobj(reader, out, CHUNK)
+                done += out.tell()
+                out.flush()
+                os.fsync(out.fileno())
+            _write_progress(cache_dir, name, done, total)
 
 
 def _tree_bytes(path):
@@ -447,9 +475,13 @@ def _fetch_locked(source, final, cache_dir, name, hf_endpoint, hf_token, timeout
         _fetch_repo(source, part, cache_dir, name, hf_endpoint, token, expected_bytes, timeout)
         os.rename(part, final)
         return
+    src = local_path(source, model_dirs) if source.startswith("file://") else None
+    if src is not None and os.path.isdir(src):
+        _copy_tree(src, part, cache_dir, name)
+        os.rename(part, final)
+        return
     with open(part, "wb") as out:
-        if source.startswith("file://"):
-            src = local_path(source, model_dirs)
+        if src is not None:
             total = os.path.getsize(src)
             with open(src, "rb") as reader:
                 done = _copy_stream(reader, out, total, cache_dir, name)
