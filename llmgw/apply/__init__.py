@@ -9,6 +9,7 @@
     engine_keys.py      one API key per replica, derived from a site secret
     controller_token.py the token routers show the controller's demand API
     on_demand_plans.py  plans for demand: replicas more, or one replica less
+    admin_token.py      the token routers' admin APIs take for a change (llmgw.router.admin_guard)
 """
 
 from llmgw.apply.delivery import Deliveries, deliveries_for

@@ -5,6 +5,13 @@
     runs.py      the run history, beside the state (PostgreSQL, or a file in the runtime folder),
                  each run bound to its commit and plan digest and sealed
     api.py       the admin API: status, runs, approval
+    operators.py who may approve: the operators, each named by a token only they can read
+    demand.py    what the routers report, and what the controller decides from it (pure)
+    reports.py   routers' load reports as received: parsed as hostile input, kept per router
+    scaler.py    the demand loop: reports and activation requests in, scale runs out
+    refresh.py   facts refreshed for nodes whose replicas fail, so a dead node is noticed unasked
+    metrics.py   its Prometheus metrics: what the demand loop did (docs/demand.md)
+    views.py     its demand decisions for `llmgw models`, from the run history
 """
 
 from typing import TYPE_CHECKING, Any

@@ -8,6 +8,12 @@
     render.py     the plan for people, terraform-style
     explain.py    every candidate per profile for one model
     load.py       reading a site's inputs from disk (the one impure module)
+    spec.py       names and fingerprints the plan hands out: replica ids, unit names, spec hashes
+    spreading.py  the best node for one more single-node GPU replica, spread apart, found fast
+    topology.py   which GPU indices of a host a shard gets, and the InfiniBand adapters with them
+    routes.py     weighted routes in the plan: the record routers read, the split as planned
+    trust.py      which replicas widen what the fleet trusts, for the controller's policy `auto`
+    markdown.py   the plan as Markdown, for a pull request's review comment
 
 Code outside the planner imports from here, not from the modules above.
 """

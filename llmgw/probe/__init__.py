@@ -6,6 +6,7 @@
     bench.py    concurrent streamed requests and their statistics (TTFT, inter-token latency)
     checks.py   capability checks: chat, stream, completion, embeddings, tools, json
     verify.py   apply's hook: a new replica's required capabilities, checked on its engine
+    sse.py      reading an OpenAI-style server-sent event stream, one line at a time
 
 Front door: import from `llmgw.probe`. Names load on first use (PEP 562), so the CLI's
 `--help` does not import httpx.

@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from llmgw.engines.descriptor import engines, find
+from llmgw.engines import find
+from llmgw.engines.descriptor import engines
 
 Body = Literal["json", "multipart", "none"]
 Usage = Literal["chat", "responses", "plain"]

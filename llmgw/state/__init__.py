@@ -2,11 +2,13 @@
 
     model.py     the schema (State, Replica, Shard, ModelRecord), pinned at version 1
     backend.py   what every backend offers: read, compare-and-set write, a named lock, history
-    capabilities what some backends offer beyond it (Leases, Follow, Database, FileBacked),
-                 asked for with `offers` / `require` instead of testing a backend's class
+    capabilities.py what some backends offer beyond it (Leases, Follow, Database, FileBacked),
+                    asked for with `offers` / `require` instead of testing a backend's class
     local.py     a file on this machine (the default): atomic writes, an flock
     postgres.py  PostgreSQL: every serial kept, a leased lock, fencing, NOTIFY on write
     select.py    which backend a site uses (`state:` in llmgw.yaml), and its password
+    roles.py     PostgreSQL roles for a shared state: the routers' followers read, nothing more
+    summary.py   the state at a glance (`llmgw status`, the dashboard): serial, writer, lock holder
 """
 
 from llmgw.state.backend import (

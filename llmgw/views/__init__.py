@@ -18,6 +18,17 @@ dicts they return, so a terminal and a browser can never disagree about the flee
                  files apply ships them in. Not for the router: it imports llmgw.fabric (#34)
     text.py      durations, sizes and bars, shared by terminal and browser
     defaults.py  DEFAULT_ADMIN, IDLE_AFTER (imports nothing)
+    fleet.py     the fleet in numbers for the routers' /metrics: summarised at apply, shipped
+    held.py      whose weights are where: per model the nodes holding them, per node what it holds
+    versions.py  the host stack of a node in one short text, and the fleet's versions counted
+    demand.py    per model, the controller's last scale decision and activations (`llmgw models`)
+    download_board.py  apply's weights downloads as a router's dashboard keeps them
+    The bastion's only (the router never imports them, #34):
+    downloads.py the weights module's progress files, read through Ansible
+    live_downloads.py  apply's downloads live on the dashboard: bytes, rate and ETA per host
+    logs.py      `llmgw logs`: each shard's journal, read on its node through Ansible
+    ask_routers.py  every router's admin API at once, directly or through an SSH tunnel
+    tunnel.py    an SSH tunnel to a router's admin API, opened and closed per call
 
 The names below load on first use (PEP 562), so `from llmgw.views.defaults import ...`
 or `import llmgw.views` costs nothing until a view runs: the CLI's --help stays fast.

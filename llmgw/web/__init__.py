@@ -7,6 +7,8 @@ click and find; everything else is plain HTML. Jinja2 autoescaping is on for eve
 template: host names, model names and error texts are data, never markup.
 
     dashboard.py  the routes (pages, the fabric topology JSON, the stylesheet)
+    fabric_svg.py the fabric page's SVG elements and the details its script shows
+    history.py    the history page: rates, TTFT, tokens/s and errors per model, from Prometheus
     templates/    one template per page, on base.html
     static/       style.css
 """

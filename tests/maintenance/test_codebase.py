@@ -173,6 +173,32 @@ def test_no_module_is_long_without_saying_why() -> None:
                       "in their first 40 lines:\n" + "\n".join(long))
 
 
+MAP_LINE = re.compile(r"^\s*([a-z_0-9]+\.py)\s", re.M)
+
+
+def package_map(name: str) -> set[str] | None:
+    """The modules a package's docstring map names (`    table.py   what it does`), or None when
+    its docstring draws no map."""
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text(encoding="utf-8"))) or ""
+    return set(MAP_LINE.findall(doc)) or None
+
+
+def test_the_map_reader_reads_a_map() -> None:
+    assert {"table.py", "proxy.py", "settings.py"} <= (package_map("llmgw.router") or set())
+    assert package_map("llmgw") is None
+
+
+@pytest.mark.parametrize("name", [p for p in PACKAGES if package_map(p) is not None])
+def test_a_package_map_names_each_module_once_and_only_those(name: str) -> None:
+    """A map in a package's docstring is where a maintainer starts: one that omits a module
+    hides it, one that names a gone module misleads (#34)."""
+    folder = MODULES[name].parent
+    have = {p.name for p in folder.glob("*.py")} - {"__init__.py"}
+    listed = package_map(name) or set()
+    assert not have - listed, f"{name}'s map in its __init__ omits {sorted(have - listed)}"
+    assert not listed - have, f"{name}'s map names modules that do not exist: {sorted(listed - have)}"
+
+
 def front_door(name: str) -> set[str]:
     """What a package's __init__ offers: names it defines, and names it takes from its own modules.
 
