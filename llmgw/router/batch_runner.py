@@ -162,10 +162,15 @@ class BatchRunner:
         """A batch was created or cancelled here: look now, not at the next poll."""
         self._wake.set()
 
-    async def drain(self, timeout: float) -> None:
-        """Stopping (SIGTERM): send nothing more, and give the requests in flight up to
-        `timeout` seconds to be answered and recorded, so a routine restart fails none."""
+    def stop_sending(self) -> None:
+        """A stop was asked (SIGTERM): start no more requests from now on, while the listeners
+        close; what is in flight carries on, for drain() to wait for."""
         self.stopping = True
+
+    async def drain(self, timeout: float) -> None:
+        """Stopping: send nothing more, and give the requests in flight up to `timeout`
+        seconds to be answered and recorded, so a routine restart fails none."""
+        self.stop_sending()
         if self.running:
             await asyncio.wait(list(self.running.values()), timeout=timeout)
 
@@ -270,6 +275,9 @@ class BatchRunner:
                     assert principal is not None
                     # The router's slot first: a line is marked started only when it is sent at once.
                     await self.slots.acquire()
+                    if self.stopping:  # asked to stop while this waited for a slot: the line stays pending
+                        self.slots.release()
+                        break
                     if not await asyncio.to_thread(store.start, batch.id, t.line, me, time.time()):
                         self.slots.release()
                         log.warning("batches: %s: cannot mark line %d started (lease lost or batch stopped)",

@@ -210,6 +210,8 @@ class RouterServer:
         self._stop_requested = True
 
         def go() -> None:
+            if self.router is not None:  # batches start nothing new while the listeners close
+                self.router.batches.runner.stop_sending()
             for s in self._servers:
                 s.should_exit = True
         if self._loop is not None and self._loop.is_running():
