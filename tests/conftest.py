@@ -61,15 +61,16 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # The lab tests run in a few processes at once (`make pytest`: LAB_WORKERS, `--dist loadscope`:
 # a module's tests in one process, so each module's lab is made once). They mostly wait on
 # their hosts (SSH round trips, units starting, engines loading), so two share two cores. The
-# longest modules go first (the clean-clone CI log of 2026-12-03: rollout 359 s, demand 341 s,
-# vLLM 304 s, apply 292 s, multinode 244 s), so no process is left with a long one at the end
-# while the other idles. (Not `--dist loadgroup`: with pytest 9.2 its `xdist_group` marks group
-# nothing, as xdist 3.8 renames `item._nodeid`, which pytest no longer reads.)
+# longest modules go first (the clean-clone CI log of 2026-12-04: vLLM 598 s, with its adapters
+# loaded at start and at run time; apply 517 s in two tests, rollout 322 s, demand 346 s in two,
+# multinode 310 s in two), so no process is left with a long one at the end while the other
+# idles. (Not `--dist loadgroup`: with pytest 9.2 its `xdist_group` marks group nothing, as
+# xdist 3.8 renames `item._nodeid`, which pytest no longer reads.)
 LAB_LONGEST_FIRST = (
-    "tests/e2e/test_rollout_lab.py",
-    "tests/e2e/test_demand_lab.py",
     "tests/e2e/test_vllm_lab.py",
     "tests/e2e/test_apply_lab.py",
+    "tests/e2e/test_demand_lab.py",
+    "tests/e2e/test_rollout_lab.py",
     "tests/e2e/test_multinode_lab.py",
     "tests/molecule/",
     "tests/state/test_shared_state_lab.py",
