@@ -18,18 +18,10 @@ from llmgw.router.principal import Principal
 from llmgw.router.settings import RouterSettings
 from llmgw.store import Store
 from llmgw.store.batches import BatchLine, BatchRecord, BatchStore
+from tests.support.waiting import turns
 
 # Two slots, held by the first batch: the second batch's requests wait for one to free.
 S = RouterSettings(batch_concurrency=2, batch_max_running=2, batch_poll_interval=0.05, batch_lease_ttl=30.0)
-
-
-async def turns(pred: object, what: str) -> None:
-    """Yield to the loop until `pred()`; bounded by turns (store calls run in threads)."""
-    for _ in range(2000):
-        if pred():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never happened: {what}")
 
 
 def _batch(bstore: BatchStore, files: FileDir, batch_id: str, n: int) -> None:

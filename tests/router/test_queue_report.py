@@ -20,6 +20,7 @@ from llmgw.state import State
 from llmgw.store import Store
 from llmgw.store.batches import BatchLine, BatchRecord, BatchStore
 from tests.support.router import model, replica
+from tests.support.waiting import turns
 
 S = RouterSettings(max_queue=8, queue_timeout=30.0, max_in_flight=1, batch_concurrency=2, batch_poll_interval=0.05)
 
@@ -27,15 +28,6 @@ S = RouterSettings(max_queue=8, queue_timeout=30.0, max_in_flight=1, batch_concu
 def table() -> RoutingTable:
     return RoutingTable(State(models=[model("m", aliases=("mm",))],
                               replicas=[replica("r0", "m", "http://127.0.0.1:9000")]))
-
-
-async def turns(pred: object, what: str) -> None:
-    """Yield to the loop until `pred()`; bounded by turns (store calls run in threads)."""
-    for _ in range(2000):
-        if pred():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def test_the_longest_wait_in_the_queue_is_reported_per_model() -> None:

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
+
+
+async def turns(pred: Callable[[], Any], what: str) -> None:
+    """In a test's event loop: yield until `pred()`, a bounded number of short turns (the code
+    under test may wait on store calls in threads), never a sleep standing in for the event."""
+    for _ in range(2000):
+        if pred():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never happened: {what}")
 
 
 def wait_until(pred: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
