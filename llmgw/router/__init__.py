@@ -42,7 +42,8 @@ Keys, quotas and usage
 The Batch API
     batches.py     the OpenAI Files and Batch APIs on the client listener
     batch_files.py the files' bytes on disk, and the checks an upload passes
-    batch_runner.py  running batches: each request sent through the router's own proxy, once
+    batch_runner.py  running batches: each request sent once, recorded once
+    batch_dispatch.py  how a batch request enters the proxy, at batch priority
     batch_backlog.py the requests of running batches not sent yet (reported as demand)
 
 Scale to zero

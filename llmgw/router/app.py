@@ -34,7 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from llmgw.router.admission import Admission
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
 from llmgw.router.auth import AUTH_EXEMPT_PATHS, KeyCache
-from llmgw.router.batch_runner import via_proxy
+from llmgw.router.batch_dispatch import via_proxy
 from llmgw.router.batches import PREFIXES as BATCH_PREFIXES
 from llmgw.router.batches import BatchService
 from llmgw.router.bodies import read_body

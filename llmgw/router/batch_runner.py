@@ -22,7 +22,7 @@ batch is created here) and takes the lease of at most `batch_max_running` of the
    had not started is not sent), `expired` past its completion window (what had not
    started is an error line `batch_expired`), writing the output and error files.
 
-Priority: every request goes to the proxy at `batch` priority (`BATCH_PRIORITY`), for
+Priority: every request goes to the proxy at `batch` priority (batch_dispatch.py), for
 the router's admission (admission.py) to serve after interactive traffic, and to shed
 first; a shed request is sent again after its Retry-After.
 """
@@ -36,72 +36,24 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-from llmgw.router.asgi import Message, Scope
 from llmgw.router.batch_backlog import Backlog
+from llmgw.router.batch_dispatch import Dispatch
 from llmgw.router.batch_files import FileDir
-from llmgw.router.calls import Call
-from llmgw.router.endpoints import match
 from llmgw.router.principal import Principal
-from llmgw.router.proxy import Proxy
-from llmgw.router.responses import ResponseAffinity
 from llmgw.router.settings import RouterSettings
 from llmgw.store.batches import BatchLine, BatchRecord, BatchStore, FileRecord
-from llmgw.store.model import Priority
 
 log = logging.getLogger("llmgw.router")
 
-BATCH_PRIORITY: Priority = "batch"
 # Router refusals that mean no engine saw the request: sent again after Retry-After.
 # (server_overloaded, queue_timeout: admission's shedding and queue bound.)
 _RETRY_CODES = frozenset({"rate_limit_exceeded", "no_replica_available", "quota_unavailable",
                           "server_overloaded", "queue_timeout"})
 _RETRY_STATUS = frozenset({429, 503})
 _MAX_RETRY_WAIT = 60.0
-
-# dispatch(principal, endpoint path, body) -> (status, headers, response body)
-Dispatch = Callable[[Principal, str, bytes], Awaitable[tuple[int, dict[str, str], bytes]]]
-
-
-def via_proxy(proxy: Proxy, affinity: ResponseAffinity) -> Dispatch:
-    """Send one batch request as its key's own: the proxy's whole path (quotas, usage,
-    routing, retries, metrics), in process, the response collected whole. The one place
-    batch requests enter the router, marked with their priority."""
-    async def dispatch(principal: Principal, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        found = match("POST", path)
-        assert found is not None, path
-        scope: Scope = {"type": "http", "method": "POST", "path": path, "query_string": b"",
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]}
-        sent = False
-        never = asyncio.Event()  # no client to disconnect: the proxy's watcher waits on this
-
-        async def receive() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await never.wait()
-            return {"type": "http.disconnect"}  # pragma: no cover - never set
-
-        status, headers, parts = 500, dict[str, str](), list[bytes]()
-
-        async def send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers.update((k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", []))
-            elif message["type"] == "http.response.body":
-                parts.append(message.get("body", b""))
-
-        # Admitted at batch priority (admission.py): it waits behind interactive requests.
-        await proxy.handle(scope, receive, send, principal, Call(scope, receive, found, affinity),
-                           priority=BATCH_PRIORITY)
-        return status, headers, b"".join(parts)
-    return dispatch
-
 
 def _line(custom_id: str, response: dict[str, Any] | None, error: dict[str, Any] | None) -> str:
     """One line of an output or error file, in OpenAI's shape."""

@@ -34,6 +34,7 @@ from urllib.parse import parse_qs
 
 from llmgw.errors import StoreError
 from llmgw.router.asgi import ClientGone, Receive, Scope, Send
+from llmgw.router.batch_dispatch import Dispatch
 from llmgw.router.batch_files import (
     ENDPOINTS,
     FORM_SLACK,
@@ -43,7 +44,7 @@ from llmgw.router.batch_files import (
     form_parts,
     scan_lines,
 )
-from llmgw.router.batch_runner import BatchRunner, Dispatch
+from llmgw.router.batch_runner import BatchRunner
 from llmgw.router.bodies import header, multipart_boundary, read_body
 from llmgw.router.openai_errors import RouterError, send_error
 from llmgw.router.principal import Principal
