@@ -29,7 +29,7 @@ from llmgw.site import Site
 from llmgw.views import Runtime
 from llmgw.views.planned import site_copy_files
 from llmgw.views.sitedata import SiteDataCache
-from llmgw.web.dashboard import DashboardSources, dashboard_router
+from llmgw.web.dashboard import DashboardSources, dashboard_router, handed_in
 
 GOAL_S = 1.0
 
@@ -60,7 +60,7 @@ def main() -> None:
             print(f"{hosts:>6} {'(site copy files, at apply)':<40} {time.perf_counter() - t0:>7.2f}")
             app = FastAPI()
             app.include_router(dashboard_router(DashboardSources(
-                site=SiteDataCache(root), runtime=lambda: Runtime.unknown("not asked in a benchmark"))))
+                site=SiteDataCache(root), runtime=handed_in(Runtime.unknown("not asked in a benchmark")))))
             client = TestClient(app)
             t0 = time.perf_counter()
             client.get("/").raise_for_status()

@@ -45,7 +45,7 @@ from llmgw.site import Site
 from llmgw.views import Runtime
 from llmgw.views.planned import site_copy_files
 from llmgw.views.sitedata import SiteDataCache
-from llmgw.web.dashboard import DashboardSources, dashboard_router
+from llmgw.web.dashboard import DashboardSources, dashboard_router, handed_in
 
 GOAL_S = 1.0
 CHROMIUM = "/usr/bin/chromium"
@@ -113,7 +113,7 @@ def serve(root: Path) -> tuple[uvicorn.Server, str]:
         (root / name).write_bytes(data)
     app = FastAPI()
     app.include_router(dashboard_router(DashboardSources(
-        site=SiteDataCache(root), runtime=lambda: Runtime.unknown("not asked in a benchmark"))))
+        site=SiteDataCache(root), runtime=handed_in(Runtime.unknown("not asked in a benchmark")))))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -53,6 +53,7 @@ Scale to zero
 
 Admin and metrics
     admin.py       the admin listener (JSON API, dashboard) and the metrics listener
+    dashboard_child.py  the dashboard's own process, which the admin listener relays pages to
     admin_guard.py who may use the admin listener: its own Host, and a token for any change
     metrics.py     Prometheus
     fleet_gauges.py  fleet gauges on /metrics, from apply's site copy

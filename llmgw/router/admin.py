@@ -2,17 +2,18 @@
 
     admin    (FastAPI)    /api/v1/replicas, /api/v1/models, /api/v1/usage, /api/v1/status,
                           /metrics, /health, and the read-only dashboard when the router
-                          has a site — loopback by default; Host-checked, and its one
-                          change (POST /api/v1/downloads) takes the admin token
+                          has a site (every other path, relayed to the dashboard's own
+                          process, dashboard_child.py) — loopback by default; Host-checked,
+                          and its one change (POST /api/v1/downloads) takes the admin token
                           (admin_guard.py)
     metrics  (FastAPI)    /metrics and /metrics/engines (the engines' own, relayed) alone,
                           safe to expose
 
 /metrics on both ends with the fleet gauges (fleet_gauges.py), from apply's site copy.
 
-This module is the one place the router meets the dashboard: it hands llmgw.web the
-router's runtime facts and usage as `DashboardSources`, so llmgw.web never imports the
-router and there is no cycle between them.
+The dashboard reads the router's runtime facts and usage from this admin API, as
+`llmgw status` does from the bastion: the router imports nothing of llmgw.web or
+llmgw.views, and llmgw.web nothing of the router.
 """
 
 from __future__ import annotations
@@ -30,15 +31,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llmgw.router.admin_guard import ADMIN_TOKEN_FILE, AdminGuard
 from llmgw.router.app import Router, openai_errors
+from llmgw.router.dashboard_child import DashboardChild
 from llmgw.router.endpoints import served
 from llmgw.router.engine_metrics import relay as relay_engine_metrics
 from llmgw.router.fleet_gauges import FleetGauges
 from llmgw.router.metrics import CONTENT_TYPE
 from llmgw.router.openai_errors import error_payload
 from llmgw.router.table import ModelEntry, ReplicaRuntime
-from llmgw.views import Runtime, SiteDataCache
-from llmgw.views.results import results_of
-from llmgw.web import DashboardSources, dashboard_router
 
 
 def _iso(ts: float | None) -> str | None:
@@ -46,7 +45,7 @@ def _iso(ts: float | None) -> str | None:
 
 
 def replica_json(r: ReplicaRuntime, now: float) -> dict[str, Any]:
-    """One replica for apply and the dashboard; `last_used` is absent when never used."""
+    """One replica for apply, `llmgw status` and the dashboard; `last_used` is absent when never used."""
     out: dict[str, Any] = {
         "id": r.id, "model": r.model, "profile": r.record.profile, "engine": r.record.engine,
         "state": r.state, "endpoint": r.endpoint, "health": r.health,
@@ -124,28 +123,6 @@ async def usage_json(router: Router, day: str | None) -> dict[str, Any]:
             "groups": group_list}
 
 
-def dashboard_sources(router: Router, site_dir: Path) -> DashboardSources:
-    """The live router as the dashboard's source of runtime facts and usage."""
-
-    def runtime() -> Runtime:
-        now = time.time()
-        return Runtime.from_replicas([("this router", [replica_json(r, now) for r in router.table.replicas.values()])])
-
-    async def usage(day: str | None) -> dict[str, Any]:
-        return await usage_json(router, day)
-
-    def endpoints(name: str) -> list[str]:
-        entry = router.table.models.get(name)
-        return served(r.record.engine for r in entry.replicas) if entry is not None else []
-
-    async def routes() -> dict[str, dict[str, Any]]:
-        trips = await router.route_trips()  # every worker's guard findings, as /api/v1/replicas gives them
-        return {e.name: e.route.report(trips.get(e.name)) for e in router.table.models.values() if e.route is not None}
-
-    return DashboardSources(site=SiteDataCache(site_dir), runtime=runtime, usage=usage, endpoints=endpoints,
-                            results=lambda name: results_of(router.store, name), routes=routes)
-
-
 def _metrics_route(app: FastAPI, router: Router, site_dir: Path | None) -> None:
     fleet = FleetGauges(site_dir, lambda: router.table)  # the fleet, as apply's site copy summarised it
 
@@ -161,14 +138,14 @@ def _metrics_route(app: FastAPI, router: Router, site_dir: Path | None) -> None:
                         media_type=CONTENT_TYPE)
 
 
-def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
+def admin_app(router: Router, site_dir: Path | None = None, dashboard: DashboardChild | None = None) -> FastAPI:
+    """`site_dir`: the site copy the fleet gauges read; `dashboard`: the process every path
+    this app does not answer is relayed to (None: no dashboard, those paths are 404)."""
     # No Swagger or OpenAPI schema: a map of the admin API for whoever reaches it, and a
     # page that runs scripts on the listener's origin.
     app = FastAPI(title="llmgw router admin", docs_url=None, redoc_url=None, openapi_url=None)
     # Host checked on every request, and changes same-origin, JSON and with the admin token.
     app.add_middleware(AdminGuard, token_file=router.state_path.with_name(ADMIN_TOKEN_FILE))
-    if site_dir is not None:  # the read-only dashboard needs a site: catalog, inventory, facts
-        app.include_router(dashboard_router(dashboard_sources(router, site_dir)))
     openai_errors(app)
     _metrics_route(app, router, site_dir)
 
@@ -215,6 +192,8 @@ def admin_app(router: Router, site_dir: Path | None = None) -> FastAPI:
             raise StarletteHTTPException(400, "day must be YYYY-MM-DD")
         return await usage_json(router, day)
 
+    if dashboard is not None:  # last: the admin API's own paths answer first
+        app.add_route("/{path:path}", dashboard.forward, methods=["GET", "HEAD", "POST"], include_in_schema=False)
     return app
 
 

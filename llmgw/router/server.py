@@ -30,6 +30,7 @@ import uvicorn
 from llmgw.errors import UsageError
 from llmgw.router.admin import admin_app, metrics_app
 from llmgw.router.app import Peers, Router, client_app
+from llmgw.router.dashboard_child import DashboardChild, loopback_url
 from llmgw.router.limits import LimitedHttp, guard
 from llmgw.router.ondemand import Activator
 from llmgw.router.settings import RouterSettings
@@ -132,7 +133,8 @@ class RouterServer:
     # Called inside the loop to make the upstream session; tests hand in their own.
     session_factory: Callable[[], aiohttp.ClientSession] | None = None
     graceful_timeout: int = 30
-    # The site the admin listener's dashboard shows (None: no dashboard).
+    # The site the admin listener's dashboard shows, from a process of its own started on
+    # the first page asked for (dashboard_child.py); None: no dashboard.
     site_dir: Path | None = None
     # A worker's client listener: the socket its supervisor bound (instead of `listen`).
     client_socket: socket.socket | None = None
@@ -145,6 +147,7 @@ class RouterServer:
     # Filled once listening: listener name -> (host, port) actually bound.
     addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
     router: Router | None = None
+    dashboard: DashboardChild | None = None  # made in run() when there is a site and an admin listener
     started: threading.Event = field(default_factory=threading.Event)
     _servers: list[uvicorn.Server] = field(default_factory=list)
     _loop: asyncio.AbstractEventLoop | None = None
@@ -167,6 +170,10 @@ class RouterServer:
                                       reports_load=self.reports_load)
         router.peers = self.peers
         sockets: list[socket.socket] = []
+        dashboard = None
+        if self.admin_listen is not None and self.site_dir is not None:
+            dashboard = self.dashboard = DashboardChild(self.site_dir, self.store.url,
+                                                        logging.getLevelName(log.getEffectiveLevel()).lower())
         try:
             await router.start()
             plan: list[tuple[str, tuple[str, int] | socket.socket, Any]] = []
@@ -174,7 +181,7 @@ class RouterServer:
             if client is not None:
                 plan.append(("client", client, client_app(router)))
             if self.admin_listen is not None:
-                plan.append(("admin", self.admin_listen, admin_app(router, self.site_dir)))
+                plan.append(("admin", self.admin_listen, admin_app(router, self.site_dir, dashboard)))
             if self.metrics_listen is not None:
                 plan.append(("metrics", self.metrics_listen, metrics_app(router, self.site_dir)))
             for name, where, app in plan:
@@ -182,6 +189,8 @@ class RouterServer:
                 sockets.append(sock)
                 self.addresses[name] = sock.getsockname()[:2]
                 self._servers.append(_Server(self._config(app)))
+            if dashboard is not None:  # the dashboard asks the admin API back, on loopback
+                dashboard.admin_url = loopback_url(*self.addresses["admin"])
             if self._stop_requested:
                 self.stop()
             if install_signals:
@@ -199,6 +208,8 @@ class RouterServer:
             await asyncio.gather(*serving)
         finally:
             self.started.set()
+            if dashboard is not None:
+                await dashboard.close()
             await router.stop()
             if own_session:
                 await session.close()

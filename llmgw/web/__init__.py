@@ -7,12 +7,13 @@ click and find; everything else is plain HTML. Jinja2 autoescaping is on for eve
 template: host names, model names and error texts are data, never markup.
 
     dashboard.py  the routes (pages, the fabric topology JSON, the stylesheet)
+    process.py    the dashboard as a process of its own, which a router starts
     fabric_svg.py the fabric page's SVG elements and the details its script shows
     history.py    the history page: rates, TTFT, tokens/s and errors per model, from Prometheus
     templates/    one template per page, on base.html
     static/       style.css
 """
 
-from llmgw.web.dashboard import DashboardSources, dashboard_router
+from llmgw.web.dashboard import DashboardSources, dashboard_router, handed_in
 
-__all__ = ["DashboardSources", "dashboard_router"]
+__all__ = ["DashboardSources", "dashboard_router", "handed_in"]

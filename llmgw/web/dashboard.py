@@ -1,11 +1,12 @@
 """The dashboard's routes. Read-only, but for one POST: apply's download progress
 (`/api/v1/downloads`, llmgw.views.live_downloads), kept in memory and only shown.
 
-The dashboard needs a site (catalog, inventory, facts, state) besides the router: the
-router is started with one (`llmgw -C SITE router serve`) and its admin app
-(llmgw.router.admin) includes these routes. What only the router knows (in-flight
-counts, last use, usage per key) comes through `DashboardSources`, so a test or another
-host can hand in its own — and this package never imports the router.
+The dashboard needs a site (catalog, inventory, facts, state) besides the router: a
+router started with one (`llmgw -C SITE router serve`) serves these routes on its admin
+listener from a process of its own (process.py, llmgw.router.dashboard_child). What only
+the router knows (in-flight counts, last use, usage per key) comes through
+`DashboardSources`, asked of the router's admin API there, so a test or another host can
+hand in its own — and this package never imports the router.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from llmgw.views.versions import shown
 from llmgw.web import fabric_svg
 from llmgw.web.history import history_router
 
+RuntimeSource = Callable[[], Awaitable[Runtime]]
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
 MAX_DOWNLOADS_BODY = 4 * 1024 * 1024
 # model name -> the endpoints the router forwards for it ("POST /v1/chat/completions", ...)
-EndpointsSource = Callable[[str], list[str]]
+EndpointsSource = Callable[[], Awaitable[dict[str, list[str]]]]
 # model name -> its stored bench and check results (llmgw.views.results.results_of)
 ResultsSource = Callable[[str], dict[str, Any]]
 RoutesSource = Callable[[], Awaitable[dict[str, dict[str, Any]]]]
@@ -49,7 +51,7 @@ RoutesSource = Callable[[], Awaitable[dict[str, dict[str, Any]]]]
 @dataclass(frozen=True)
 class DashboardSources:
     site: SiteDataCache
-    runtime: Callable[[], Runtime]
+    runtime: RuntimeSource
     usage: UsageSource | None = None
     endpoints: EndpointsSource | None = None
     # apply's download progress as posted to this dashboard; None: one of its own
@@ -58,6 +60,13 @@ class DashboardSources:
     # the routers' weighted routes as the admin API reports them (route name -> report): asked
     # apart from `runtime` because a router merges its workers' guard findings asynchronously
     routes: RoutesSource | None = None
+
+
+def handed_in(runtime: Runtime) -> RuntimeSource:
+    """A runtime handed in whole: a dashboard with no router to ask (a test, a benchmark)."""
+    async def get() -> Runtime:
+        return runtime
+    return get
 
 
 def short_endpoint(key: str) -> str:
@@ -108,11 +117,10 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         return page("error.html", request, 404, title="Not found", message=what, detail=[], hint=None)
 
     async def off_loop(make: Callable[[], HTMLResponse]) -> HTMLResponse:
-        """A page's views and template, in a worker thread. The dashboard shares its event loop
-        with the router's listeners (and, with one worker, with the client one): a page of a
-        4,096-host site takes up to seconds of CPU, which on the loop would hold every request
-        through the router for as long. Whatever the loop owns (the runtime, the download
-        board) is read on the loop, before, and handed in.
+        """A page's views and template, in a worker thread: a page of a 4,096-host site takes up
+        to seconds of CPU, which on the loop would hold every other page, the download
+        board's posts and the static files for as long. Whatever the loop owns (the runtime,
+        the download board) is read on the loop, before, and handed in.
 
         The cyclic collector is paused meanwhile (llmgw.collector), as it is while the site
         loads: a page makes tens of thousands of short-lived dicts and strings, and each pass
@@ -129,7 +137,7 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        runtime, downloads = sources.runtime(), board.current()["downloads"]
+        runtime, downloads = await sources.runtime(), board.current()["downloads"]
         # Who wrote the state and who holds its lock (a PostgreSQL state's history), off the loop.
         state = await asyncio.to_thread(site_state_summary, data.site)
         return await off_loop(lambda: page(
@@ -165,11 +173,13 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        runtime = sources.runtime()
+        runtime = await sources.runtime()
         if sources.routes is not None:
             runtime = runtime.with_routes(await sources.routes())
+        served = await sources.endpoints() if sources.endpoints is not None else None
+        endpoints = (lambda name: served.get(name, [])) if served is not None else None
         return await off_loop(lambda: page("models.html", request, title="Models", view=models_view(data, runtime),
-                                           routes=routes_view(data, runtime), endpoints=sources.endpoints))
+                                           routes=routes_view(data, runtime), endpoints=endpoints))
 
     @api.get("/models/{name}", response_class=HTMLResponse, include_in_schema=False)
     async def model(request: Request, name: str) -> HTMLResponse:
@@ -177,7 +187,7 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        runtime = sources.runtime()
+        runtime = await sources.runtime()
         view = await asyncio.to_thread(models_view, data, runtime)
         rec = next((m for m in view["models"] if name == m["name"] or name in m["aliases"]), None)
         if rec is None:
@@ -190,7 +200,7 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         data = await load(request)
         if isinstance(data, HTMLResponse):
             return data
-        runtime, by_node, downloads = sources.runtime(), board.by_node(), board.current()["downloads"]
+        runtime, by_node, downloads = await sources.runtime(), board.by_node(), board.current()["downloads"]
         return await off_loop(lambda: page(
             "replicas.html", request, title="Replicas", downloads=downloads,
             view=replicas_view(data, runtime, datetime.now(UTC), model=model or None, downloads=by_node)))

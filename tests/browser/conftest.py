@@ -164,7 +164,7 @@ def three_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from fastapi import FastAPI
 
     from llmgw.views import Runtime, SiteDataCache
-    from llmgw.web import DashboardSources, dashboard_router
+    from llmgw.web import DashboardSources, dashboard_router, handed_in
 
     root = example_site(tmp_path_factory.mktemp("three-tier"), state=False)
     facts_path = root / "facts" / "gpu-node-01.json"
@@ -175,7 +175,7 @@ def three_tier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ship_site_copy_files(root)  # the fabrics mapped on the bastion, as apply ships them
     app = FastAPI()
     app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(root),
-                                                         runtime=lambda: Runtime.unknown("no router here"))))
+                                                         runtime=handed_in(Runtime.unknown("no router here")))))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -41,7 +41,7 @@ from llmgw.inventory import load_inventory
 from llmgw.runner import run_playbook
 from llmgw.site import Site
 from llmgw.views import Runtime, SiteDataCache
-from llmgw.web import DashboardSources, dashboard_router
+from llmgw.web import DashboardSources, dashboard_router, handed_in
 from llmgw.web.history import BOTTOM, HEIGHT
 from tests.support.lab import REPO, Lab, lab, shape
 from tests.support.waiting import wait_until
@@ -169,7 +169,7 @@ def dashboard(metered: Metered) -> Iterator[str]:
     """The dashboard on the bastion side, over the lab site (its llmgw.yaml names Prometheus)."""
     app = FastAPI()
     app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(metered.lab.site),
-                                                         runtime=lambda: Runtime.unknown("not asked here"))))
+                                                         runtime=handed_in(Runtime.unknown("not asked here")))))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))

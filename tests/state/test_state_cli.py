@@ -188,14 +188,14 @@ def test_the_dashboard_overview_names_the_writer_and_the_lock_holder(sites: tupl
     from fastapi.testclient import TestClient
 
     from llmgw.views import Runtime, SiteDataCache
-    from llmgw.web.dashboard import DashboardSources, dashboard_router
+    from llmgw.web.dashboard import DashboardSources, dashboard_router, handed_in
 
     a, _b = sites
     monkeypatch.setenv("LLMGW_AUTHOR", "dave <b>@bastion")
     ok(a, "apply", "--auto-approve")
     app = FastAPI()
     app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(a),
-                                                         runtime=lambda: Runtime.unknown("no router here"))))
+                                                         runtime=handed_in(Runtime.unknown("no router here")))))
     with open_backend(pg_state, root=a) as other, other.lock("apply") as held, TestClient(app) as client:
         page = client.get("/").text
     assert "State: serial 1, written by dave &lt;b&gt;@bastion (apply)" in page  # escaped

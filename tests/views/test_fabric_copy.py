@@ -22,7 +22,7 @@ from llmgw.views.nodes import node_detail, nodes_view
 from llmgw.views.planned import BASTION, load_site_data
 from llmgw.views.sitedata import COPY
 from llmgw.views.status import fabrics_list, status_view
-from llmgw.web import DashboardSources, dashboard_router
+from llmgw.web import DashboardSources, dashboard_router, handed_in
 from tests.support.example_site import NOW, example_site
 from tests.support.site_copy import ship_site_copy_files
 
@@ -71,7 +71,7 @@ def _json(doc: object) -> object:
 def _page(root: Path, path: str, *, loaders: object = COPY) -> tuple[int, str]:
     app = FastAPI()
     app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(root, loaders),  # type: ignore[arg-type]
-                                                         runtime=lambda: Runtime.unknown("no router here"))))
+                                                         runtime=handed_in(Runtime.unknown("no router here")))))
     r = TestClient(app).get(path)
     return r.status_code, r.text
 

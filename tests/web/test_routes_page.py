@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 
 from llmgw.views import Runtime, SiteDataCache
 from llmgw.web import DashboardSources, dashboard_router
+from llmgw.web import handed_in as fixed_runtime  # this module has its own handed_in()
 from tests.support.example_site import example_site
 from tests.support.router import site_router
 from tests.views.test_routes_view import ROUTE, report
@@ -48,7 +49,7 @@ def guard_line(html: str, route: str) -> str:
 
 def handed_in(root: Path, runtime: Runtime) -> str:
     app = FastAPI()
-    app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(root), runtime=lambda: runtime)))
+    app.include_router(dashboard_router(DashboardSources(site=SiteDataCache(root), runtime=fixed_runtime(runtime))))
     resp = TestClient(app).get("/models")
     assert resp.status_code == 200, resp.text
     return resp.text
@@ -63,7 +64,7 @@ def router_page(site: Path, tmp_path: Path) -> Iterator[str]:
 
 
 def test_the_router_dashboard_lists_the_route_and_does_not_guess_its_split(router_page: str) -> None:
-    """The router's own dashboard hands in its route reports (admin.dashboard_sources); this
+    """The router's own dashboard asks its admin API for the route reports (llmgw.web.process); this
     router's state does not route `chat` yet (the catalog is not applied): weights from the
     catalog, the share and the guard's state not known, never the catalog's weights passed off
     as shares."""
