@@ -185,7 +185,7 @@ class Site:
     @property
     def state_file(self) -> Path:
         """The state file; with `state: postgresql://...`, the last copy read from PostgreSQL (what
-        routers are sent, kept in `.llmgw/` of the site). llmgw.state.backend_for opens the backend.
+        routers are sent, kept in `.llmgw/` of the site). llmgw.state.select.backend_for opens the backend.
         With a runtime folder, `state.json` there in both cases."""
         if self.runtime is not None:
             return self.runtime / "state.json"

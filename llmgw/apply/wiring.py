@@ -17,7 +17,8 @@ from llmgw.inventory import Inventory, load_inventory
 from llmgw.planner import FabricIndex, Plan, PlannedShard
 from llmgw.planner.load import fabric_index
 from llmgw.site import Site
-from llmgw.state import StateBackend, WriteMeta, backend_for, is_state_url
+from llmgw.state import StateBackend, WriteMeta
+from llmgw.state.select import backend_for, is_state_url
 from llmgw.views.planned import site_copy_files
 from llmgw.weights.check import weights_host_vars
 from llmgw.weights.shared import shared_cache_key
@@ -94,7 +95,7 @@ def applier_for(site: Site, plan: Plan, *, grace: float = 120.0, forks: int = 20
                 progress: Progress | None = None, say: Say | None = None,
                 engines_playbook: str = "apply.yml", backend: StateBackend | None = None,
                 meta: WriteMeta | None = None, routers_installed: bool = False) -> Applier:
-    """An Applier for the site; `backend` (default: the site's, llmgw.state.backend_for) keeps the state;
+    """An Applier for the site; `backend` (default: the site's, llmgw.state.select.backend_for) keeps the state;
     `routers_installed`: deliver the state alone to the routers (Applier)."""
     from llmgw.probe import replica_verifier
 

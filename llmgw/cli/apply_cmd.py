@@ -19,7 +19,8 @@ from llmgw.planner import Plan, load_plan
 from llmgw.planner.load import check_replanned, site_plan
 from llmgw.planner.render import render_plan
 from llmgw.runner import default_forks
-from llmgw.state import LockInfo, WriteMeta, backend_for, git_commit, lock_waiting
+from llmgw.state import LockInfo, WriteMeta, git_commit, lock_waiting
+from llmgw.state.select import backend_for
 
 if TYPE_CHECKING:
     from llmgw.views.live_downloads import DownloadFeed

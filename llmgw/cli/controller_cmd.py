@@ -17,7 +17,7 @@ from llmgw.controller.checkout import RUNTIME_ENV, default_runtime
 from llmgw.controller.operators import ADMIN_LISTEN
 from llmgw.errors import UsageError
 from llmgw.site import Site
-from llmgw.state import backend_for
+from llmgw.state.select import backend_for
 
 
 def runtime_option(f: Callable[..., Any]) -> Callable[..., Any]:

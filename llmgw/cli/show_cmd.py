@@ -12,7 +12,8 @@ from llmgw.errors import LlmgwError, UsageError
 from llmgw.planner import Plan, load_plan
 from llmgw.planner.markdown import render_markdown
 from llmgw.planner.render import render_plan
-from llmgw.state import State, backend_for
+from llmgw.state import State
+from llmgw.state.select import backend_for
 
 
 def read_plan(path: Path) -> Plan:

@@ -25,7 +25,8 @@ import click
 from llmgw.cli import output
 from llmgw.cli.context import AppContext, pass_app
 from llmgw.errors import StateError, UsageError
-from llmgw.state import State, WriteMeta, backend_for, git_commit, is_state_url, open_backend, parse_state
+from llmgw.state import State, WriteMeta, git_commit, parse_state
+from llmgw.state.select import backend_for, is_state_url, open_backend
 from llmgw.yamlio import atomic_write
 
 

@@ -53,7 +53,8 @@ from llmgw.planner.load import load_inputs
 from llmgw.planner.render import summary_line
 from llmgw.planner.trust import widens_trust
 from llmgw.site import Site
-from llmgw.state import Leases, LockHeld, State, StateBackend, WriteMeta, backend_for, offers
+from llmgw.state import Leases, LockHeld, State, StateBackend, WriteMeta, offers
+from llmgw.state.select import backend_for
 
 log = logging.getLogger("llmgw.controller")
 

@@ -7,7 +7,7 @@ from typing import Any
 from llmgw.controller.runs import runs_for
 from llmgw.errors import LlmgwError
 from llmgw.site import Site
-from llmgw.state import backend_for
+from llmgw.state.select import backend_for
 from llmgw.views.demand import demand_view
 
 

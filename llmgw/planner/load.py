@@ -26,7 +26,8 @@ from llmgw.planner.reconcile import make_plan
 from llmgw.planner.schema import Plan
 from llmgw.planner.spec import endpoint_url
 from llmgw.site import SITE_FILE, Site, site_clock
-from llmgw.state import State, backend_for
+from llmgw.state import State
+from llmgw.state.select import backend_for
 from llmgw.weights.check import pin_catalog, unservable_sources
 from llmgw.weights.sources import read_sources
 

@@ -6,7 +6,9 @@
                     asked for with `offers` / `require` instead of testing a backend's class
     local.py     a file on this machine (the default): atomic writes, an flock
     postgres.py  PostgreSQL: every serial kept, a leased lock, fencing, NOTIFY on write
-    select.py    which backend a site uses (`state:` in llmgw.yaml), and its password
+    select.py    which backend a site uses (`state:` in llmgw.yaml), and its password; imported
+                    as llmgw.state.select, not offered here: it loads the site and its catalog
+                    loader, which the router (it imports this package) must not
     roles.py     PostgreSQL roles for a shared state: the routers' followers read, nothing more
     summary.py   the state at a glance (`llmgw status`, the dashboard): serial, writer, lock holder
 """
@@ -42,7 +44,6 @@ from llmgw.state.model import (
     replica_sort_key,
 )
 from llmgw.state.postgres import PostgresBackend
-from llmgw.state.select import backend_for, is_state_url, open_backend
 
 __all__ = [
     "STATE_VERSION",
@@ -70,13 +71,10 @@ __all__ = [
     "State",
     "StateBackend",
     "WriteMeta",
-    "backend_for",
     "default_author",
     "git_commit",
-    "is_state_url",
     "lock_waiting",
     "offers",
-    "open_backend",
     "parse_state",
     "read_state",
     "replica_sort_key",

@@ -14,7 +14,8 @@ from pathlib import Path
 from llmgw.planner import make_plan
 from llmgw.planner.load import load_inputs
 from llmgw.site import Site
-from llmgw.state import State, WriteMeta, backend_for
+from llmgw.state import State, WriteMeta
+from llmgw.state.select import backend_for
 
 OLD = """\
 models:

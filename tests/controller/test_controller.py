@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.controller import Controller
 from llmgw.site import Site
-from llmgw.state import backend_for
+from llmgw.state.select import backend_for
 from tests.controller.support import EMPTY, NEW, clone, commit, seed_applied, site_repo
 from tests.support.cli import run_cli
 from tests.support.operators import admin_client
@@ -138,7 +138,7 @@ def test_a_new_leader_finishes_the_run_its_predecessor_left_applying(tmp_path: P
 
 
 def test_a_person_holding_the_lock_makes_the_controller_wait_not_fail(tmp_path: Path, pg_state: str) -> None:
-    from llmgw.state import open_backend
+    from llmgw.state.select import open_backend
 
     repo = site_repo(tmp_path, pg_state)
     work = clone(repo, tmp_path / "work")

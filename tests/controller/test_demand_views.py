@@ -8,7 +8,7 @@ from pathlib import Path
 
 from llmgw.controller import runs_for
 from llmgw.site import Site
-from llmgw.state import backend_for
+from llmgw.state.select import backend_for
 from llmgw.views.demand import demand_view
 from tests.controller.test_demand_api import make_site
 from tests.support.cli import run_cli

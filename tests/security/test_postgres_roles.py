@@ -21,7 +21,8 @@ import pytest
 from llmgw.controller.runs import PgRuns
 from llmgw.errors import StateError
 from llmgw.site import Site
-from llmgw.state import PostgresBackend, State, WriteMeta, backend_for
+from llmgw.state import PostgresBackend, State, WriteMeta
+from llmgw.state.select import backend_for
 from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.postgres

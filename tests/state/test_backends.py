@@ -14,17 +14,9 @@ from pathlib import Path
 import pytest
 
 from llmgw.errors import StateError
-from llmgw.state import (
-    LocalBackend,
-    PostgresBackend,
-    Replica,
-    Shard,
-    State,
-    StateBackend,
-    WriteMeta,
-    open_backend,
-)
+from llmgw.state import LocalBackend, PostgresBackend, Replica, Shard, State, StateBackend, WriteMeta
 from llmgw.state.local import read_state
+from llmgw.state.select import open_backend
 from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +129,7 @@ def test_a_write_while_another_holds_the_lock_is_refused(pg_state: str, tmp_path
 HOLDER = """
 import sys
 from pathlib import Path
-from llmgw.state import open_backend
+from llmgw.state.select import open_backend
 
 backend = open_backend(sys.argv[1], root=Path("."))
 with backend.lock("apply") as info:

@@ -24,9 +24,9 @@ from llmgw.state import (
     StateBackend,
     WriteMeta,
     offers,
-    open_backend,
     require,
 )
+from llmgw.state.select import open_backend
 from tests.support.cli import run_cli
 
 CAPABILITIES = (Leases, Follow, Database, FileBacked)

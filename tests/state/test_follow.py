@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.state import PostgresBackend, State, open_backend
+from llmgw.state import PostgresBackend, State
+from llmgw.state.select import open_backend
 from llmgw.yamlio import atomic_write
 from tests.support.waiting import wait_until
 

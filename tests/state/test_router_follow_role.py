@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.state import State, open_backend
+from llmgw.state import State
+from llmgw.state.select import open_backend
 from llmgw.yamlio import atomic_write
 from tests.support.ansible import REPO, playbook
 from tests.support.waiting import wait_until

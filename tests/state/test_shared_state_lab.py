@@ -28,7 +28,8 @@ from llmgw.apply.wheelhouse import wheelhouse
 from llmgw.controller import Controller
 from llmgw.facts.cache import read_facts
 from llmgw.site import Site
-from llmgw.state import WriteMeta, backend_for
+from llmgw.state import WriteMeta
+from llmgw.state.select import backend_for
 from tests.support.cli import run_cli
 from tests.support.lab import Lab, lab
 from tests.support.operators import admin_client

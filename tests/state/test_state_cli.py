@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.state import open_backend
+from llmgw.state.select import open_backend
 from tests.support.cli import Result, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +56,8 @@ HOLDER = """
 import sys
 from pathlib import Path
 from llmgw.site import Site
-from llmgw.state import WriteMeta, backend_for
+from llmgw.state import WriteMeta
+from llmgw.state.select import backend_for
 
 site = Site.load(Path(sys.argv[1]))
 with backend_for(site) as backend, backend.lock("apply") as info:
