@@ -36,7 +36,6 @@ checks (`_host`), and the in-process one must stay beside them to mean the same 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -53,6 +52,7 @@ from typing import Any, Literal, cast
 from llmgw.childenv import child_env
 from llmgw.errors import InventoryError
 from llmgw.facts import Memo, memo_in_use
+from llmgw.hostnames import is_host_name
 from llmgw.nodetime import DRAIN_DEADLINE_VAR, parse_deadline
 from llmgw.yamlio import FileError, check_yaml_file
 
@@ -66,8 +66,6 @@ SAFE_INVENTORY_PLUGINS = "host_list,yaml,ini,toml"
 INVENTORY_TIMEOUT_S = 300
 INVENTORY_MEMORY_BYTES = 4 * 1024**3
 INVENTORY_FILE_BYTES = 64 * 1024 * 1024  # per file; a 4,096-host inventory is a few MB
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_DNS_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
 
 
 @dataclass(frozen=True)
@@ -114,17 +112,6 @@ def ansible_bin(name: str) -> str:
     if not found:
         raise InventoryError(f"{name} is not installed", hint="install llmgw with its dependencies (ansible-core)")
     return found
-
-
-def is_host_name(name: str) -> bool:
-    """A DNS name (labels of letters, digits and inner hyphens, at most 253 characters) or an IP address."""
-    if len(name) <= 253 and _DNS_NAME.match(name):
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 def where(path: Path, name: str) -> str:

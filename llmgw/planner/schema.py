@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from llmgw import collector
 from llmgw.catalog.schema import Engine, EnvName, Name, Text
 from llmgw.errors import PlanError
-from llmgw.inventory import is_host_name
+from llmgw.hostnames import is_host_name
 from llmgw.state import AdapterPath, LoadedAdapter, ModelRecord, Replica, Shard, State
 from llmgw.state import replica_sort_key as replica_sort_key  # the ids' order, kept with their shape
 from llmgw.state.model import (

@@ -31,7 +31,7 @@ from llmgw.catalog import Model
 from llmgw.catalog.schema import NAME_RE, Engine, Name, check_text
 from llmgw.engines import is_host_path
 from llmgw.errors import StateError
-from llmgw.inventory import is_host_name
+from llmgw.hostnames import is_host_name
 
 STATE_VERSION = 1
 ReplicaState = Literal["starting", "ready", "draining"]
