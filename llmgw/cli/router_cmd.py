@@ -134,8 +134,8 @@ def serve(app: AppContext, state_path: Path | None, listen: str, admin_listen: s
         client_addr = parse_addr(listen, default_host="0.0.0.0")
         admin_addr = parse_addr(admin_listen, default_host="127.0.0.1")
         metrics_addr = parse_addr(metrics_listen, default_host="0.0.0.0") if metrics_listen else None
-        loaded = load_activator(activator, state_path, site) if activator else None
         site_dir = site.root if site is not None else None
+        loaded = load_activator(activator, state_path, site_dir) if activator else None
         server: RouterServer | Supervisor
         if workers == 1:
             server = RouterServer(state_path=state_path.resolve(), store=store, listen=client_addr,

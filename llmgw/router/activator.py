@@ -87,8 +87,10 @@ class ControllerClient:
         await self._post("/api/v1/demand/report", report)
 
 
-def factory(*, state_path: Path, site: Any = None) -> ControllerClient:
-    """For `--activator llmgw.router.activator:factory`: the controller named by $LLMGW_CONTROLLER_URL."""
+def factory(*, state_path: Path, site_dir: Path | None = None) -> ControllerClient:
+    """For `--activator llmgw.router.activator:factory`: the controller named by $LLMGW_CONTROLLER_URL.
+
+    `site_dir` comes with every factory's call (plugins.py); the controller client needs no site."""
     url = os.environ.get("LLMGW_CONTROLLER_URL", "").strip()
     if not url.startswith(("http://", "https://")):
         raise UsageError("the controller client needs $LLMGW_CONTROLLER_URL (http://HOST:PORT of the controller's "

@@ -65,11 +65,10 @@ async def _answer(sock: socket.socket, router: Router, server: RouterServer) -> 
 
 async def _serve(spec: dict[str, Any]) -> None:
     from llmgw.router.plugins import load_activator
-    from llmgw.site import Site
     from llmgw.store import open_store
 
     state_path = Path(spec["state_path"])
-    site = Site.load(Path(spec["site_dir"])) if spec["site_dir"] and spec["activator"] else None
+    site_dir = Path(spec["site_dir"]) if spec["site_dir"] else None
     store = open_store(spec["store_url"])
     client = socket.socket(fileno=spec["client_fd"])
     control = socket.socket(fileno=spec["control_fd"])
@@ -77,7 +76,7 @@ async def _serve(spec: dict[str, Any]) -> None:
         server = RouterServer(
             state_path=state_path, store=store, listen=None, admin_listen=None,
             settings=RouterSettings(**spec["settings"]), client_socket=client,
-            activator=load_activator(spec["activator"], state_path, site) if spec["activator"] else None,
+            activator=load_activator(spec["activator"], state_path, site_dir) if spec["activator"] else None,
             graceful_timeout=int(spec["graceful_timeout"]),
             shared=SharedTable(spec["shared_fd"], row=int(spec["index"])), reports_load=False)
         serving = asyncio.create_task(server.run(install_signals=True))
