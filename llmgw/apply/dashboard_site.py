@@ -15,7 +15,7 @@ secret under a name nobody thought of stays on the control host too.
 
 What the dashboard shows as unplaceable, the fleet gauges' numbers and the fabrics are made
 on the bastion, at apply, and shipped as `placement.json`, `fleet.json`, `fabrics.json` and a
-`fabric-<id>.json` per fabric (llmgw.views.placement, llmgw.views.fleet, llmgw.views.fabric_copy):
+`fabric-<id>.json` per fabric (llmgw.views.placement, llmgw.fleetfile, llmgw.views.fabric_copy):
 the router process imports neither the planner nor the fabric parser (#34).
 
 The archive is deterministic (names sorted, times, owners and modes fixed), so the same

@@ -1,13 +1,13 @@
 """Fleet gauges on the router's /metrics: GPUs, memory, disk, free whole nodes, weights, replicas.
 
-The numbers of the fleet come summarised from the bastion (llmgw.views.fleet): apply
+The numbers of the fleet come summarised from the bastion (llmgw.fleetfile): apply
 writes `fleet.json` into the router's site copy, and this module turns it into gauges at
 scrape time, re-reading it only when it changed (a stat per scrape). Replicas per model
 and state come from the routing table, which the router always knows. Why the router
 exports them: it is the listener Prometheus already scrapes on every router host, and
 the controller is optional (docs/metrics.md).
 
-Unknown is absent, never zero (llmgw.views.fleet says which): without a summary (no site,
+Unknown is absent, never zero (llmgw.fleetfile says which): without a summary (no site,
 none shipped yet, one that does not read) the fleet series are absent and the reason is
 logged once.
 
@@ -34,8 +34,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llmgw.fleetfile import FLEET_FILE, FleetSummary, read_fleet
 from llmgw.router.table import RoutingTable
-from llmgw.views.fleet import FLEET_FILE, FleetSummary, read_fleet
 
 log = logging.getLogger("llmgw.router")
 GPU_STATES = ("free", "used", "held_back", "unhealthy")

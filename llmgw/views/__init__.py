@@ -18,7 +18,8 @@ dicts they return, so a terminal and a browser can never disagree about the flee
                  files apply ships them in. Not for the router: it imports llmgw.fabric (#34)
     text.py      durations, sizes and bars, shared by terminal and browser
     defaults.py  DEFAULT_ADMIN, IDLE_AFTER (imports nothing)
-    fleet.py     the fleet in numbers for the routers' /metrics: summarised at apply, shipped
+    fleet.py     the fleet in numbers for the routers' /metrics, summarised at apply; the file
+                 it ships and its reader are llmgw.fleetfile (the router reads it, no view)
     held.py      whose weights are where: per model the nodes holding them, per node what it holds
     versions.py  the host stack of a node in one short text, and the fleet's versions counted
     demand.py    per model, the controller's last scale decision and activations (`llmgw models`)

@@ -18,13 +18,14 @@ from llmgw.errors import FabricError, LlmgwError, PlanError
 from llmgw.fabric import FabricIndex
 from llmgw.fabric.hostmap import HostFabricMap
 from llmgw.facts import HostFacts
+from llmgw.fleetfile import FLEET_FILE
 from llmgw.planner import Plan, PlanInputs, make_plan
 from llmgw.planner.fleet import Fleet  # not in the planner's front door: its rule for weights present
 from llmgw.planner.load import memo_fabric_index, placement_fabrics, weight_files, weight_sizes
 from llmgw.site import Site, site_clock
 from llmgw.views.fabric_copy import FABRICS_FILE, FabricMap, FabricsCopy, FabricViews
 from llmgw.views.fabrics import LiveFabrics, fabric_copy_files
-from llmgw.views.fleet import FLEET_FILE, summarise
+from llmgw.views.fleet import summarise
 from llmgw.views.placement import PLACEMENT_FILE, Held, Pin, Placement, Unplaced, unknown_placement
 from llmgw.views.sitedata import Loaders, SiteData
 from llmgw.views.sitedata import load_site_data as _load

@@ -13,12 +13,12 @@ import pytest
 from llmgw.apply import hosts_for
 from llmgw.apply.dashboard_site import DashboardSite
 from llmgw.errors import RunnerError
+from llmgw.fleetfile import FLEET_FILE
 from llmgw.inventory import load_inventory
 from llmgw.site import Site
 from llmgw.state import read_state, write_state
 from llmgw.views import SiteDataCache
 from llmgw.views.fabric_copy import FABRICS_FILE, fabric_file
-from llmgw.views.fleet import FLEET_FILE
 from llmgw.views.models import placement_failures
 from llmgw.views.placement import PLACEMENT_FILE
 from llmgw.views.planned import load_site_data

@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.router.fleet_gauges import FleetGauges
-from llmgw.router.table import RoutingTable
-from llmgw.site import Site
-from llmgw.state import State
-from llmgw.views.fleet import (
+from llmgw.fleetfile import (
     FLEET_FILE,
     FabricNodes,
     FabricWeights,
@@ -26,6 +22,10 @@ from llmgw.views.fleet import (
     NodeFilesystem,
     NodeNumbers,
 )
+from llmgw.router.fleet_gauges import FleetGauges
+from llmgw.router.table import RoutingTable
+from llmgw.site import Site
+from llmgw.state import State
 from llmgw.views.nodes import gpu_holders
 from llmgw.views.planned import load_site_data, site_copy_files
 from llmgw.views.status import capacity
