@@ -2,10 +2,11 @@
 
 The router runs on every router host beside the client traffic; whatever it imports is
 code that runs there, memory it holds and a surface an attacker on its listeners can reach.
-It serves the state and its dashboard renders the site copy apply ships it (llmgw.apply.
-dashboard_site): what the dashboard needs from a plan is planned on the bastion, and the
-fabrics are mapped there, so neither the planner nor the fabric parser runs in the router
-(nor does anything of the control side).
+It serves the state. Its dashboard renders the site copy apply ships it (llmgw.apply.
+dashboard_site) from a process of its own (llmgw.router.dashboard_child, llmgw.web.process),
+so no view, template or site loader runs in the router; what the dashboard needs from a
+plan is planned on the bastion, and the fabrics are mapped there, so neither the planner
+nor the fabric parser runs anywhere on a router host (nor does anything of the control side).
 
 Read from the source like test_codebase's cycle check, `if TYPE_CHECKING:` imports and
 imports inside functions included: a late import still runs in the router, and a type-only
@@ -28,14 +29,20 @@ ENTRY_POINTS = ("llmgw.router.asgi", "llmgw.router.server", "llmgw.router.worker
 # 67 once the fabric views were made at apply (views.fabric_copy: no llmgw.fabric parser); 62
 # with the bastion's ways of asking the routers apart (views.ask_routers, the feed in
 # views.live_downloads: no SSH tunnel, no known_hosts) and the weights cache names shipped
-# in placement.json (no weights.names, no ansible_content).
-MOST = 62
+# in placement.json (no weights.names, no ansible_content). 34 once the dashboard ran in a
+# process of its own (router.dashboard_child: no llmgw.web, no llmgw.views, no site loader),
+# the state's door left out its backend selection (llmgw.state.select: no llmgw.site), the
+# state schema checked host names without the inventory (llmgw.hostnames), an activator
+# plugin was handed the site's folder, not the site, and fleet.json's schema stood alone
+# (llmgw.fleetfile).
+MOST = 34
 # Beside the control side: the fabric parser (a router shows the fabrics apply mapped on the
 # bastion, views.fabric_copy); the SSH tunnels and known_hosts, which only the bastion opens
-# to reach the routers; the weights package and the collection's rules it loads.
-NEVER = ("llmgw.planner", "llmgw.apply", "llmgw.controller", "llmgw.runner", "llmgw.edits",
-         "llmgw.facts.gather", "llmgw.cli", "llmgw.fabric", "llmgw.views.fabrics", "llmgw.views.planned",
-         "llmgw.views.tunnel", "llmgw.known_hosts", "llmgw.views.ask_routers", "llmgw.views.live_downloads",
+# to reach the routers; the weights package and the collection's rules it loads; the
+# dashboard, its views and the site and inventory loaders they read with (its own process).
+NEVER = ("llmgw.web", "llmgw.views", "llmgw.site", "llmgw.inventory",
+         "llmgw.planner", "llmgw.apply", "llmgw.controller", "llmgw.runner", "llmgw.edits",
+         "llmgw.facts.gather", "llmgw.cli", "llmgw.fabric", "llmgw.known_hosts",
          "llmgw.weights", "llmgw.ansible_content")
 
 
