@@ -41,11 +41,11 @@ from llmgw.web.history import history_router
 RuntimeSource = Callable[[], Awaitable[Runtime]]
 UsageSource = Callable[[str | None], Awaitable[dict[str, Any]]]
 MAX_DOWNLOADS_BODY = 4 * 1024 * 1024
-# model name -> the endpoints the router forwards for it ("POST /v1/chat/completions", ...)
-EndpointsSource = Callable[[], Awaitable[dict[str, list[str]]]]
+# model name -> its record in the admin API's /api/v1/models: `endpoints`, the endpoints the
+# router forwards for it ("POST /v1/chat/completions", ...), and for a weighted route `route`
+ModelsSource = Callable[[], Awaitable[dict[str, dict[str, Any]]]]
 # model name -> its stored bench and check results (llmgw.views.results.results_of)
 ResultsSource = Callable[[str], dict[str, Any]]
-RoutesSource = Callable[[], Awaitable[dict[str, dict[str, Any]]]]
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,12 @@ class DashboardSources:
     site: SiteDataCache
     runtime: RuntimeSource
     usage: UsageSource | None = None
-    endpoints: EndpointsSource | None = None
+    # the router's models (the endpoints it forwards, its weighted routes' reports): asked
+    # apart from `runtime`, and only by the models page, in one request
+    models: ModelsSource | None = None
     # apply's download progress as posted to this dashboard; None: one of its own
     downloads: DownloadBoard | None = None
     results: ResultsSource | None = None
-    # the routers' weighted routes as the admin API reports them (route name -> report): asked
-    # apart from `runtime` because a router merges its workers' guard findings asynchronously
-    routes: RoutesSource | None = None
 
 
 def handed_in(runtime: Runtime) -> RuntimeSource:
@@ -174,10 +173,14 @@ def dashboard_router(sources: DashboardSources) -> APIRouter:
         if isinstance(data, HTMLResponse):
             return data
         runtime = await sources.runtime()
-        if sources.routes is not None:
-            runtime = runtime.with_routes(await sources.routes())
-        served = await sources.endpoints() if sources.endpoints is not None else None
-        endpoints = (lambda name: served.get(name, [])) if served is not None else None
+        endpoints: Callable[[str], list[str]] | None = None
+        if sources.models is not None:
+            records = await sources.models()
+            runtime = runtime.with_routes({name: m["route"] for name, m in records.items()
+                                           if isinstance(m.get("route"), dict)})
+
+            def endpoints(name: str) -> list[str]:
+                return [str(e) for e in records.get(name, {}).get("endpoints") or ()]
         return await off_loop(lambda: page("models.html", request, title="Models", view=models_view(data, runtime),
                                            routes=routes_view(data, runtime), endpoints=endpoints))
 

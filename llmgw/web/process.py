@@ -88,12 +88,6 @@ class AdminApi:
             return {}
         return {str(m.get("name")): m for m in body.get("models") or () if isinstance(m, dict)}
 
-    async def endpoints(self) -> dict[str, list[str]]:
-        return {name: [str(e) for e in m.get("endpoints") or ()] for name, m in (await self.models()).items()}
-
-    async def routes(self) -> dict[str, dict[str, Any]]:
-        return {name: m["route"] for name, m in (await self.models()).items() if isinstance(m.get("route"), dict)}
-
     async def usage(self, day: str | None) -> dict[str, Any]:
         return await self.get("/api/v1/usage", {"day": day} if day else None)
 
@@ -104,7 +98,7 @@ def sources(site_dir: Path, admin: AdminApi, store_url: str | None) -> Dashboard
         url = store_url
         results = lambda name: model_results(url, name)  # noqa: E731 - opened per page: results change rarely
     return DashboardSources(site=SiteDataCache(site_dir), runtime=admin.runtime, usage=admin.usage,
-                            endpoints=admin.endpoints, results=results, routes=admin.routes)
+                            models=admin.models, results=results)
 
 
 def app(site_dir: Path, admin: AdminApi, store_url: str | None) -> FastAPI:
