@@ -23,11 +23,11 @@ whoever can reach the listener, which the loopback bind and SSH decide.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from llmgw.hostnames import is_ip_address
 from llmgw.router.asgi import Receive, Scope, Send
 from llmgw.router.bodies import header
 from llmgw.router.openai_errors import RouterError, send_error
@@ -47,13 +47,7 @@ def own_host(host: str | None) -> bool:
         return False
     if name is None:
         return False
-    if name == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
+    return name == "localhost" or is_ip_address(name)
 
 
 class AdminGuard:
